@@ -1,0 +1,62 @@
+import workbook  # noqa: I001  (first: chooses GPU or simulator)
+
+import numpy as np
+import pytest
+
+from chapters.ch00_measuring import kernels as k
+from workbook import Launch, assert_close, cuda
+
+SIZES = [1, 31, 32, 33, 255, 257, 1000, workbook.size(gpu=(1 << 22) + 7, sim=2049)]
+COPIES = [k.copy_one_per_thread, k.copy_grid_stride, k.copy_grid_stride_wide]
+AXPYS = [k.axpy_one_per_thread, k.axpy_grid_stride]
+
+
+def data(n, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed + n).standard_normal(n).astype(dtype)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("copy", COPIES, ids=lambda f: f.__name__)
+def test_copy(copy, n):
+    src = data(n)
+    src[: min(n, 3)] = [np.nan, np.inf, -0.0][: min(n, 3)]  # bits must travel unchanged
+    dst = cuda.to_device(np.full(n, 7.0, dtype=np.float32))
+    out = copy(cuda.to_device(src), dst)
+    assert_close(out, k.copy_reference(src), exact=True, launch=Launch(-(-n // 256), 256))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32])
+def test_copy_other_dtypes(dtype):
+    src = (data(101) * 100).astype(dtype)
+    out = k.copy_grid_stride_wide(cuda.to_device(src), cuda.device_array(101, dtype=dtype))
+    assert_close(out, src, exact=True)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("axpy", AXPYS, ids=lambda f: f.__name__)
+def test_axpy(axpy, n):
+    x, y = data(n), data(n, seed=1)
+    out = axpy(-1.5, cuda.to_device(x), cuda.to_device(y), cuda.device_array(n, dtype=np.float32))
+    assert_close(out, k.axpy_reference(-1.5, x, y))
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3, 8, 32])
+def test_gather_strided(stride):
+    src = data(1000)
+    out = k.gather_strided(cuda.to_device(src), cuda.device_array(1000 // stride, np.float32), stride)
+    assert_close(out, k.gather_reference(src, stride), exact=True)
+
+
+def test_bad_input_is_a_clear_error():
+    src = data(10)
+    with pytest.raises(TypeError, match="host"):
+        k.copy_grid_stride(src, cuda.device_array(10, np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        k.copy_grid_stride(cuda.to_device(src), cuda.device_array(9, np.float32))
+    with pytest.raises(TypeError, match="dtype"):
+        k.copy_one_per_thread(cuda.to_device(src), cuda.device_array(10, np.float64))
+    with pytest.raises(TypeError, match="dtype"):
+        k.axpy_grid_stride(2.0, cuda.to_device(src.astype(np.int32)), cuda.to_device(src),
+                           cuda.to_device(src))
+    with pytest.raises(ValueError, match="stride"):
+        k.gather_strided(cuda.to_device(src), cuda.device_array(10, np.float32), 0)

@@ -1,0 +1,151 @@
+"""The checker is itself tested: known-wrong kernels must be caught, and the message must say where."""
+
+import numpy as np
+import pytest
+
+import workbook
+from workbook import CheckError, Launch, assert_bitmask, assert_close, cuda, pack_bitmask
+from workbook.inputs import require
+
+THREADS = 32
+
+
+@cuda.jit
+def double_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = 2 * x[i]
+
+
+@cuda.jit
+def double_off_by_one_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size - 1:  # misses the last element
+        out[i] = 2 * x[i]
+
+
+def run(kernel, x, blocks=None):
+    d_x = cuda.to_device(x)
+    out = cuda.to_device(np.zeros_like(x))
+    blocks = blocks if blocks is not None else -(-x.size // THREADS)
+    kernel[blocks, THREADS](d_x, out)
+    return out
+
+
+@pytest.fixture
+def x():
+    return np.random.default_rng(1).standard_normal(100).astype(np.float32)
+
+
+def test_right_kernel_passes(x):
+    assert_close(run(double_kernel, x), 2 * x)
+
+
+def test_off_by_one_tail_is_caught_and_located(x):
+    with pytest.raises(CheckError, match=r"1 of 100 elements differ[\s\S]*at \[99\] \(block 3, thread 3\)"):
+        assert_close(run(double_off_by_one_kernel, x), 2 * x, launch=Launch(4, THREADS))
+
+
+def test_skipped_last_block_is_caught(x):
+    with pytest.raises(CheckError, match=r"4 of 100 elements differ[\s\S]*come from 1 block\(s\): \[3\]"):
+        assert_close(run(double_kernel, x, blocks=3), 2 * x, launch=Launch(4, THREADS))
+
+
+def test_all_zeros_is_caught_even_with_a_huge_tolerance(x):
+    tiny = (x * 1e-6).astype(np.float32)
+    with pytest.raises(CheckError, match="all zeros"):
+        assert_close(np.zeros_like(tiny), tiny, atol=1.0)
+
+
+def test_nan_where_reference_is_finite_is_caught(x):
+    bad = 2 * x
+    bad[7] = np.nan
+    with pytest.raises(CheckError, match=r"NaN in 1 elements where the reference is finite[\s\S]*\[7\]"):
+        assert_close(bad, 2 * x, rtol=1.0)
+
+
+def test_output_left_equal_to_input_is_caught(x):
+    with pytest.raises(CheckError, match="left equal to its input"):
+        assert_close(x.copy(), x + np.float32(1e-7), rtol=1e-3, input=x)
+
+
+def test_wrong_shape_and_dtype_are_caught(x):
+    with pytest.raises(CheckError, match="shape"):
+        assert_close(x[:-1], x)
+    with pytest.raises(CheckError, match="dtype float64, expected float32"):
+        assert_close(x.astype(np.float64), x)
+
+
+def test_nan_and_inf_must_match_exactly():
+    ref = np.array([np.nan, np.inf, -np.inf, 1.0], dtype=np.float32)
+    assert_close(ref.copy(), ref)
+    with pytest.raises(CheckError, match="expected np.float32\\(-inf\\)|expected -inf"):
+        assert_close(np.array([np.nan, np.inf, np.inf, 1.0], dtype=np.float32), ref)
+
+
+def test_exact_mode_distinguishes_negative_zero():
+    with pytest.raises(CheckError, match="exact"):
+        assert_close(np.array([0.0], np.float32), np.array([-0.0], np.float32), exact=True)
+
+
+def test_float16_tolerance_is_looser_than_float32():
+    ref = np.array([1.0, 2.0], dtype=np.float16)
+    assert_close(ref + np.float16(0.001), ref)
+    with pytest.raises(CheckError):
+        assert_close(np.array([1.001, 2.0], np.float32), np.array([1.0, 2.0], np.float32))
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 100])
+def test_bitmask_matches_packbits(n):
+    bits = np.random.default_rng(n).random(n) > 0.5
+    words = pack_bitmask(bits)
+    assert words.dtype == np.uint32 and words.size == -(-n // 32)
+    assert_bitmask(words, bits)
+
+
+def test_bitmask_first_wrong_bit_is_named():
+    bits = np.zeros(70, dtype=bool)
+    words = pack_bitmask(bits)
+    words[1] |= np.uint32(1 << 5)  # element 37
+    with pytest.raises(CheckError, match=r"element 37 \(word 1, bit 5\) \(block 1, thread 5\)"):
+        assert_bitmask(words, bits, launch=Launch(3, 32))
+
+
+def test_bitmask_padding_bits_must_be_zero():
+    bits = np.ones(33, dtype=bool)
+    words = pack_bitmask(bits)
+    words[1] |= np.uint32(1 << 4)
+    with pytest.raises(CheckError, match="padding bit"):
+        assert_bitmask(words, bits)
+
+
+def test_require_rejects_host_arrays_dtypes_and_shapes(x):
+    with pytest.raises(TypeError, match="host \\(NumPy\\) array"):
+        require(x, "x")
+    d_x = cuda.to_device(x)
+    with pytest.raises(TypeError, match="dtype float32, expected float64"):
+        require(d_x, "x", dtype=np.float64)
+    with pytest.raises(ValueError, match="shape \\(100,\\), expected \\(99,\\)"):
+        require(d_x, "x", shape=(99,))
+    with pytest.raises(TypeError, match="must be a device array"):
+        require([1, 2, 3], "x")
+    assert require(d_x, "x", dtype=np.float32, ndim=1) is d_x
+
+
+def test_compare_checks_every_variant_and_reports(x):
+    d_x = cuda.to_device(x)
+    out = cuda.device_array_like(d_x)
+
+    def good():
+        double_kernel[4, THREADS](d_x, out)
+        return out
+
+    def bad():
+        double_off_by_one_kernel[4, THREADS](d_x, out)
+        return out
+
+    result = workbook.bench.compare({"good": good}, reference=2 * x, bytes=8 * x.size)
+    assert result["good"].correct is True
+    assert result.meaningful == workbook.ON_GPU
+    with pytest.raises(CheckError, match="bad"):
+        workbook.bench.compare({"good": good, "bad": bad}, reference=2 * x)

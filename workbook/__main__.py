@@ -1,0 +1,269 @@
+"""The workbook's commands.
+
+    python -m workbook info                 mode, device, versions, and (on a GPU) the copy ceiling
+    python -m workbook run [ch00 ch01 ...]  run chapters headless, every check asserted; summary table
+    python -m workbook table [--markdown]   the summary of stored GPU results (--readme: into README.md)
+    python -m workbook notebooks [--check]  write each chapter's .ipynb from its .py (or check they agree)
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import workbook
+from workbook import results
+
+CHAPTERS = results.ROOT / "chapters"
+README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def chapter_scripts(wanted=()):
+    """{chapter id: its notebook source chapters/chNN_name/chNN_name.py}, in order."""
+    found = {}
+    for folder in sorted(CHAPTERS.glob("ch[0-9][0-9]_*")):
+        script = folder / f"{folder.name}.py"
+        chapter_id = folder.name[:4]
+        if script.exists() and (not wanted or chapter_id in wanted or folder.name in wanted):
+            found[chapter_id] = script
+    missing = set(wanted) - set(found) - {p.parent.name for p in found.values()}
+    if missing:
+        raise SystemExit(f"no such chapter: {', '.join(sorted(missing))}; have {', '.join(found)}")
+    return found
+
+
+def info(_args):
+    from numba import cuda
+
+    facts = results.device_facts()
+    stamp = results.stamp()
+    print(f"mode        {workbook.MODE} (WORKBOOK_DEVICE={os.environ.get('WORKBOOK_DEVICE', 'auto')})")
+    for key, value in facts.items():
+        print(f"{key:<12}{value}")
+    for key in ("python", "numba", "numba_cuda", "numpy", "torch", "cupy"):
+        print(f"{key:<12}{stamp[key]}")
+    if workbook.ON_GPU:
+        from workbook import bench
+
+        ceiling = bench.copy_ceiling()
+        for how, rate in ceiling["all"].items():
+            print(f"copy        {rate:.0f} GB/s ({how}, bytes read + written)")
+        cuda.synchronize()
+    else:
+        print("copy        not measured: simulator (see results/ for stored GPU figures)")
+
+
+def _run_one(script, log_path, use_notebook):
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([str(results.ROOT), os.environ.get("PYTHONPATH", "")]))
+    if use_notebook:
+        notebook = script.with_suffix(".ipynb")
+        command = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+                   "--ExecutePreprocessor.timeout=1800", "--output-dir", str(log_path.parent),
+                   str(notebook)]
+    else:
+        command = [sys.executable, script.name]
+    with open(log_path, "w") as log:
+        return subprocess.run(command, cwd=script.parent, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+
+
+def _can_execute_notebooks():
+    try:
+        import ipykernel  # noqa: F401
+        import nbconvert  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run(args):
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    scripts = chapter_scripts(args.chapters)
+    use_notebook = {"notebook": True, "script": False, "auto": _can_execute_notebooks()}[args.how]
+    out_dir = results.device_dir()
+    console = Console(width=160)
+    console.print(f"[bold]workbook run[/]: {len(scripts)} chapter(s) in {workbook.MODE} mode on "
+                  f"{results.device_facts()['name']}, as {'notebooks' if use_notebook else 'scripts'}; "
+                  f"logs in {out_dir.relative_to(results.ROOT)}/")
+    failed = []
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task("chapters", total=len(scripts))
+        for chapter_id, script in scripts.items():
+            progress.update(task, description=f"running {script.parent.name}")
+            started = time.perf_counter()
+            log_path = out_dir / f"{chapter_id}.log"
+            code = _run_one(script, log_path, use_notebook)
+            seconds = time.perf_counter() - started
+            status = "[green]ok[/]" if code == 0 else f"[red]FAILED (exit {code})[/], see {log_path}"
+            progress.console.print(f"{script.parent.name}: {status} in {seconds:.0f} s")
+            if code:
+                failed.append(chapter_id)
+                progress.console.print("".join(log_path.read_text().splitlines(True)[-25:]))
+            progress.advance(task)
+    summary(console, list(scripts), results.device_facts()["slug"])
+    if failed:
+        console.print(f"[red]failed chapters: {', '.join(failed)}[/]")
+        return 1
+    return 0
+
+
+def _load(chapter_id, slug):
+    path = results.RESULTS / slug / f"{chapter_id}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _fmt(value, spec, suffix=""):
+    return "-" if value is None else format(value, spec) + suffix
+
+
+def summary_rows(chapter_ids, slug):
+    """Rows of the summary: this run's correctness, and times from this run or (simulator) stored."""
+    rows, bars = [], []
+    for chapter_id in chapter_ids:
+        record = _load(chapter_id, slug)
+        if record is None:
+            continue
+        timed = record if record["stamp"]["mode"] == "gpu" else _load(chapter_id, results.REFERENCE_DEVICE)
+        timed_cases = {case["key"]: case for case in (timed or {}).get("cases", [])}
+        for case in record["cases"]:
+            timed_case = timed_cases.get(case["key"], {})
+            timed_rows = {row["variant"]: row for row in timed_case.get("rows", [])}
+            for row in case["rows"]:
+                t = timed_rows.get(row["variant"], {})
+                vs_first, vs_base = t.get("speedup_vs_first"), t.get("speedup_vs_baseline")
+                rate = _fmt(t.get("tflops"), ".2f", " TFLOP/s") if t.get("tflops") else _fmt(
+                    t.get("gbps"), ".0f", " GB/s")
+                rows.append({
+                    "chapter": chapter_id, "case": f"{case['key']} ({timed_case.get('size') or case['size']})",
+                    "kernel": row["variant"] + (" (baseline)" if row["kind"] == "baseline" else ""),
+                    "correct": {None: "-", True: "yes", False: "NO"}[row["correct"]],
+                    "time": _fmt(t.get("median_ms"), ".4g", " ms"), "rate": rate,
+                    "ceiling": _fmt(t.get("fraction_of_ceiling"), ".0%"),
+                    "vs naive": "-" if not vs_first else f"{vs_first[0]:.2f}x",
+                    "vs baseline": "-" if not vs_base else f"{vs_base[0]:.2f}x",
+                })
+        for bar in (timed or {}).get("bars", []):
+            bars.append({"chapter": chapter_id, **bar})
+        stamp = (timed or record)["stamp"]
+        rows and rows[-1].setdefault("_stamp", stamp)
+    return rows, bars
+
+
+COLUMNS = ("chapter", "case", "kernel", "correct", "time", "rate", "ceiling", "vs naive", "vs baseline")
+
+
+def summary(console, chapter_ids, slug):
+    from rich.table import Table
+
+    rows, bars = summary_rows(chapter_ids, slug)
+    source = "this run" if workbook.ON_GPU else f"stored {results.REFERENCE_DEVICE} results"
+    table = Table(title=f"Summary: correctness from this run ({workbook.MODE}); times, rates and "
+                        f"speed-ups from {source}")
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column in ("chapter", "case", "kernel") else "right")
+    for row in rows:
+        table.add_row(*(row[c] for c in COLUMNS))
+    console.print(table)
+    if bars:
+        bar_table = Table(title=f"Bars ({source})")
+        for column in ("chapter", "bar", "measured", "target", "met"):
+            bar_table.add_column(column)
+        for bar in bars:
+            met = {True: "[green]met[/]", False: "[red]not met[/]", None: "-"}[bar["met"]]
+            bar_table.add_row(bar["chapter"], bar["what"], f"{bar['measured']:.3g}", bar["target"], met)
+        console.print(bar_table)
+
+
+def markdown_table(slug):
+    ids = list(chapter_scripts())
+    rows, bars = summary_rows(ids, slug)
+    stamps = {}
+    for chapter_id in ids:
+        record = _load(chapter_id, slug)
+        if record:
+            s = record["stamp"]
+            stamps[chapter_id] = f"{s['device']}, driver {s['device_facts'].get('driver')}, numba-cuda " \
+                                 f"{s['numba_cuda']}, numpy {s['numpy']}, torch {s['torch']}, {s['date'][:10]}"
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row[c] for c in COLUMNS) + " |" for row in rows]
+    if bars:
+        lines += ["", "| chapter | bar | measured | target | met |", "|---|---|---|---|---|"]
+        lines += [f"| {b['chapter']} | {b['what']} | {b['measured']:.3g} | {b['target']} | "
+                  f"{ {True: 'met', False: 'not met', None: '-'}[b['met']] } |" for b in bars]
+    lines += ["", "Stamps: " + "; ".join(f"{k}: {v}" for k, v in stamps.items())]
+    return "\n".join(lines)
+
+
+def table(args):
+    text = markdown_table(args.device)
+    if args.readme:
+        readme = results.ROOT / "README.md"
+        content = readme.read_text()
+        before, rest = content.split(README_BEGIN, 1)
+        _, after = rest.split(README_END, 1)
+        generated = f"(generated by `python -m workbook table --readme` from results/{args.device}/)"
+        readme.write_text(f"{before}{README_BEGIN}\n{generated}\n\n{text}\n{README_END}{after}")
+        print(f"updated {readme}")
+    elif args.markdown:
+        print(text)
+    else:
+        from rich.console import Console
+
+        summary(Console(width=160), list(chapter_scripts()), args.device)
+
+
+def notebooks(args):
+    import jupytext
+
+    stale = []
+    for script in chapter_scripts(args.chapters).values():
+        notebook_path = script.with_suffix(".ipynb")
+        notebook = jupytext.read(script)
+        text = jupytext.writes(notebook, fmt="ipynb")
+        if args.check:
+            if not notebook_path.exists() or _cells(notebook_path.read_text()) != _cells(text):
+                stale.append(str(notebook_path.relative_to(results.ROOT)))
+        else:
+            notebook_path.write_text(text)
+            print(f"wrote {notebook_path.relative_to(results.ROOT)}")
+    if stale:
+        print("out of date (run `python -m workbook notebooks`): " + ", ".join(stale))
+        return 1
+    return 0
+
+
+def _cells(ipynb_text):
+    return [(c["cell_type"], "".join(c["source"])) for c in json.loads(ipynb_text)["cells"]]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m workbook", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("info", help="mode, device, versions, copy ceiling").set_defaults(func=info)
+    run_parser = commands.add_parser("run", help="run chapters headless and summarise")
+    run_parser.add_argument("chapters", nargs="*", help="chapter ids (ch00 ...) or folder names; default all")
+    run_parser.add_argument("--how", choices=("auto", "notebook", "script"), default="auto",
+                            help="execute the .ipynb (needs Jupyter) or its paired .py; auto: notebook if possible")
+    run_parser.set_defaults(func=run)
+    table_parser = commands.add_parser("table", help="summary of stored GPU results")
+    table_parser.add_argument("--device", default=results.REFERENCE_DEVICE)
+    table_parser.add_argument("--markdown", action="store_true")
+    table_parser.add_argument("--readme", action="store_true", help="write it into README.md")
+    table_parser.set_defaults(func=table)
+    nb_parser = commands.add_parser("notebooks", help="chapters' .ipynb from their .py (jupytext)")
+    nb_parser.add_argument("chapters", nargs="*")
+    nb_parser.add_argument("--check", action="store_true")
+    nb_parser.set_defaults(func=notebooks)
+    args = parser.parse_args(argv)
+    return args.func(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

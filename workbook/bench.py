@@ -1,0 +1,342 @@
+"""Time kernels the way GPU engineers do, and compare them in one call.
+
+    result = compare({"naive": run_naive, "optimized": run_optimized},
+                     reference=expected, baselines={"torch.relu": run_torch}, bytes=8 * n)
+
+Each callable launches its kernel(s) and returns the output(s). compare() calls each once (the
+warm-up: compilation is never timed) and checks that output against the reference, then times all
+of them interleaved (naive, optimized, baseline, naive, ...) with CUDA events, so that clock or
+thermal drift hits every variant alike. It reports the median and the spread (25th-75th percentile),
+GB/s from the bytes the caller counted, the fraction of the device-to-device copy ceiling measured
+in this same process, TFLOP/s from the FLOPs the caller counted, and speed-ups with their spread
+(the ratio is taken repeat by repeat, over interleaved pairs).
+
+In the simulator nothing about time is meaningful: variants are run once and checked, and the
+report says so. The chapter shows the stored GPU results instead (see chapter.py).
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import cuda
+
+from . import ON_GPU
+from .check import assert_close
+
+DEFAULT_REPEATS = 50
+
+
+@dataclass
+class Timing:
+    name: str
+    kind: str  # "kernel" or "baseline"
+    times_ms: np.ndarray
+    correct: bool | None = None
+    bytes: float | None = None
+    flops: float | None = None
+    ceiling_gbps: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def median_ms(self):
+        return float(np.median(self.times_ms)) if len(self.times_ms) else float("nan")
+
+    @property
+    def spread_ms(self):
+        """25th and 75th percentile of the repeats."""
+        return tuple(float(v) for v in np.percentile(self.times_ms, [25, 75])) if len(self.times_ms) else (
+            float("nan"), float("nan"))
+
+    @property
+    def gbps(self):
+        return self.bytes / (self.median_ms * 1e-3) / 1e9 if self.bytes else None
+
+    @property
+    def tflops(self):
+        return self.flops / (self.median_ms * 1e-3) / 1e12 if self.flops else None
+
+    @property
+    def fraction_of_ceiling(self):
+        return self.gbps / self.ceiling_gbps if self.gbps and self.ceiling_gbps else None
+
+
+@dataclass
+class Comparison:
+    """The result of compare(): timings in the order given, kernels first, then baselines."""
+
+    title: str
+    timings: list
+    meaningful: bool
+    ceiling: dict | None = None
+
+    def __getitem__(self, name):
+        for timing in self.timings:
+            if timing.name == name:
+                return timing
+        raise KeyError(f"no variant {name!r}; have {[t.name for t in self.timings]}")
+
+    def ratio(self, slower, faster):
+        """Speed-up of `faster` over `slower`: (median, 25th, 75th percentile) of per-repeat ratios.
+
+        NaNs where a variant was not run (a baseline without torch) or in the simulator."""
+        names = {t.name for t in self.timings}
+        if not self.meaningful or slower not in names or faster not in names:
+            return (float("nan"),) * 3
+        a, b = self[slower].times_ms, self[faster].times_ms
+        ratios = a / b
+        return float(np.median(ratios)), *(float(v) for v in np.percentile(ratios, [25, 75]))
+
+    @property
+    def first_kernel(self):
+        return next(t.name for t in self.timings if t.kind == "kernel")
+
+    @property
+    def first_baseline(self):
+        return next((t.name for t in self.timings if t.kind == "baseline"), None)
+
+    def rows(self):
+        """One dict per variant: what the tables and the JSON files hold."""
+        rows = []
+        for t in self.timings:
+            low, high = t.spread_ms
+            row = {
+                "variant": t.name, "kind": t.kind, "correct": t.correct,
+                "median_ms": t.median_ms if self.meaningful else None,
+                "p25_ms": low if self.meaningful else None, "p75_ms": high if self.meaningful else None,
+                "repeats": len(t.times_ms), "bytes": t.bytes, "flops": t.flops,
+                "gbps": t.gbps if self.meaningful else None,
+                "tflops": t.tflops if self.meaningful else None,
+                "fraction_of_ceiling": t.fraction_of_ceiling if self.meaningful else None,
+                **t.extra,
+            }
+            if self.meaningful:
+                row["speedup_vs_first"] = self.ratio(self.first_kernel, t.name)
+                if self.first_baseline:
+                    row["speedup_vs_baseline"] = self.ratio(self.first_baseline, t.name)
+            rows.append(row)
+        return rows
+
+    def table(self):
+        from rich.table import Table
+
+        first, base = self.first_kernel, self.first_baseline
+        caption = None if self.meaningful else "simulator: times are not meaningful"
+        if self.ceiling and self.meaningful:
+            caption = f"copy ceiling {self.ceiling['gbps']:.0f} GB/s ({self.ceiling['how']})"
+        table = Table(title=self.title, caption=caption)
+        for column in ("variant", "correct", "median ms [p25-p75]", "GB/s", "of ceiling", "TFLOP/s",
+                       f"vs {first}", f"vs {base}" if base else ""):
+            if column:
+                table.add_column(column, justify="left" if column == "variant" else "right")
+        for row in self.rows():
+            cells = [row["variant"], _yes_no(row["correct"])]
+            if self.meaningful:
+                cells += [f"{row['median_ms']:.4g} [{row['p25_ms']:.4g}-{row['p75_ms']:.4g}]",
+                          _fmt(row["gbps"], ".0f"), _fmt(row["fraction_of_ceiling"], ".0%"),
+                          _fmt(row["tflops"], ".2f"), _fmt_ratio(row["speedup_vs_first"])]
+                if base:
+                    cells.append(_fmt_ratio(row["speedup_vs_baseline"]))
+            else:
+                cells += ["-"] * (6 if base else 5)
+            table.add_row(*cells)
+        return table
+
+    def show(self):
+        from rich.console import Console
+
+        Console(width=140).print(self.table())
+
+    def __repr__(self):
+        from rich.console import Console
+
+        console = Console(width=140, record=True, file=open("/dev/null", "w"), force_terminal=False)
+        console.print(self.table())
+        return console.export_text()
+
+
+def _yes_no(value):
+    return "-" if value is None else ("yes" if value else "NO")
+
+
+def _fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def _fmt_ratio(triple):
+    median, low, high = triple
+    return "-" if np.isnan(median) else f"{median:.2f}x [{low:.2f}-{high:.2f}]"
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU timing
+
+
+@cuda.jit
+def _fill(buffer, value):
+    # Grid-stride write: used to evict the L2 between timed runs.
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, buffer.size, stride):
+        buffer[i] = value
+
+
+@cuda.jit
+def _fill_bytes(buffer, value):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, buffer.size, stride):
+        buffer[i] = value
+
+
+def poison(output):
+    """Fill an output with 0xFF bytes (NaN for floats, -1 or the maximum for integers), so that an
+    element the kernel never writes cannot pass for one an earlier variant wrote."""
+    if type(output).__module__.startswith("torch"):
+        output.view(-1).view(__import__("torch").uint8).fill_(255)
+    elif hasattr(output, "copy_to_host") and output.size:
+        as_bytes = output.reshape(output.size).view(np.uint8)
+        if ON_GPU:
+            _fill_bytes[min(1024, -(-as_bytes.size // 256)), 256](as_bytes, 255)
+        else:  # one Python thread per element would be slow: fill from the host
+            as_bytes.copy_to_device(np.full(as_bytes.size, 255, dtype=np.uint8))
+
+
+_scratch = None
+
+
+def flush_l2():
+    """Write 256 MiB so that nothing a timed kernel reads is still in the 50 MB L2."""
+    global _scratch
+    if _scratch is None:
+        _scratch = cuda.device_array(2**26, dtype=np.float32)
+    _fill[1024, 256](_scratch, 0.0)
+
+
+def time_interleaved(functions, repeats=DEFAULT_REPEATS, flush=False):
+    """{name: fn} -> {name: per-repeat milliseconds}, fn timed between two CUDA events each repeat.
+
+    The events are recorded on the default stream, where numba launches by default and where torch
+    launches unless told otherwise. Nothing is synchronised between repeats, so the host may run
+    ahead and queue work: for kernels shorter than their launch cost, the time includes the wait for
+    the host (which is the truth for such kernels: a launch from Python costs ~15-20 us).
+    """
+    events = {name: [(cuda.event(), cuda.event()) for _ in range(repeats)] for name in functions}
+    for repeat in range(repeats):
+        for name, function in functions.items():
+            if flush:
+                flush_l2()
+            start, end = events[name][repeat]
+            start.record()
+            function()
+            end.record()
+    cuda.synchronize()
+    return {name: np.array([cuda.event_elapsed_time(s, e) for s, e in pairs])
+            for name, pairs in events.items()}
+
+
+def time_once_on_host(function):
+    """Wall-clock milliseconds of one call (simulator: for the record only, never for comparison)."""
+    start = time.perf_counter()
+    output = function()
+    cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3, output
+
+
+_ceiling = None
+
+
+def copy_ceiling():
+    """The device-to-device copy rate of this GPU, in GB/s of bytes read + written, measured once.
+
+    Two 512 MiB buffers (10x the L2). cuMemcpyDtoD (what numba's copy_to_device does between device
+    arrays) and, if installed, torch's copy_; the faster is the ceiling. None in the simulator.
+    """
+    global _ceiling
+    if _ceiling is not None or not ON_GPU:
+        return _ceiling
+    n = 2**27
+    source = cuda.device_array(n, dtype=np.float32)
+    target = cuda.device_array(n, dtype=np.float32)
+    _fill[1024, 256](source, 1.0)
+    candidates = {"cuMemcpyDtoD": lambda: target.copy_to_device(source)}
+    torch = optional_torch()
+    if torch is not None:
+        t_source, t_target = torch.as_tensor(source, device="cuda"), torch.as_tensor(target, device="cuda")
+        candidates["torch copy_"] = lambda: t_target.copy_(t_source)
+    for function in candidates.values():
+        function()
+    times = time_interleaved(candidates, repeats=20)
+    rates = {name: 2 * 4 * n / (np.median(ms) * 1e-3) / 1e9 for name, ms in times.items()}
+    best = max(rates, key=rates.get)
+    _ceiling = {"gbps": rates[best], "how": f"{best}, 2 x 512 MiB", "all": rates}
+    return _ceiling
+
+
+def optional_torch():
+    """torch if it is installed and sees the GPU, else None: baselines are never required."""
+    if not ON_GPU:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def torch_view(device_array):
+    """A torch tensor on the same device memory as a numba device array (zero-copy)."""
+    torch = optional_torch()
+    return None if torch is None else torch.as_tensor(device_array, device="cuda")
+
+
+def _check(name, output, reference, check):
+    if reference is None:
+        return None
+    outputs = output if isinstance(output, tuple) else (output,)
+    references = reference if isinstance(reference, tuple) else (reference,)
+    if len(outputs) != len(references):
+        raise ValueError(f"{name} returned {len(outputs)} outputs, the reference has {len(references)}")
+    for index, (out, ref) in enumerate(zip(outputs, references)):
+        label = name if len(outputs) == 1 else f"{name} output {index}"
+        if check is not None:
+            check(out, ref, label)
+        else:
+            assert_close(out, ref, name=label)
+    return True
+
+
+def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None, repeats=None,
+            flush=False, check=None, check_baselines=True, poison_outputs=True, title=""):
+    """Check, then time, kernels that compute the same thing; see the module docstring.
+
+    Before the checked call, the outputs of the warm-up call are poisoned (see poison()) and the
+    function is called again, so a variant that skips elements fails even when it shares its output
+    buffer with a variant that wrote them. Pass poison_outputs=False for functions that work in place
+    on their input (poisoning would destroy it) and reset their input themselves.
+
+    variants, baselines: {name: fn}; fn() launches and returns its output (or a tuple of outputs).
+    reference: the expected output(s), or a callable returning them (called once).
+    check(out, ref, name): how to compare (default: assert_close); raises on a mismatch.
+    bytes, flops: what one call must move and compute, counted by the caller.
+    """
+    baselines = dict(baselines or {}) if ON_GPU and optional_torch() is not None else {}
+    if callable(reference):
+        reference = reference()
+    timings = []
+    for kind, functions in (("kernel", variants), ("baseline", baselines)):
+        for name, function in functions.items():
+            host_ms, output = time_once_on_host(function)  # warm-up: compiles
+            if reference is not None and poison_outputs:
+                for out in output if isinstance(output, tuple) else (output,):
+                    poison(out)
+                host_ms, output = time_once_on_host(function)  # the checked call
+            correct = _check(name, output, reference, check) if (kind == "kernel" or check_baselines) else None
+            timings.append(Timing(name, kind, np.array([host_ms]), correct, bytes, flops))
+    meaningful = ON_GPU
+    ceiling = None
+    if ON_GPU:
+        ceiling = copy_ceiling() if bytes else None
+        measured = time_interleaved({**variants, **baselines}, repeats or DEFAULT_REPEATS, flush)
+        for timing in timings:
+            timing.times_ms = measured[timing.name]
+            timing.ceiling_gbps = ceiling["gbps"] if ceiling else None
+    return Comparison(title, timings, meaningful, ceiling)

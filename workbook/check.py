@@ -1,0 +1,189 @@
+"""Compare a kernel's output with a NumPy reference, and say exactly where it went wrong.
+
+    assert_close(out, ref)            floats: dtype-aware tolerance, NaN/Inf must match exactly
+    assert_close(out, ref, exact=True) integers, masks, anything that must be bit-identical
+    assert_bitmask(words, bits)       a packed uint32 mask (bit i % 32 of word i // 32) vs a bool array
+
+Every failure is a CheckError (an AssertionError) whose message counts the wrong elements, lists the
+first few by index and, given the launch (`Launch(blocks, threads_per_block, ...)`), names the block
+and thread that wrote them. Outputs a loose tolerance would let through are rejected by name: wrong
+shape or dtype, all zeros, NaN where the reference is finite, an output left equal to its input.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# (rtol, atol) by dtype: float32 leaves room for a different summation order in reductions.
+DEFAULT_TOLERANCE = {
+    np.dtype(np.float16): (1e-2, 1e-3),
+    np.dtype(np.float32): (1e-5, 1e-6),
+    np.dtype(np.float64): (1e-12, 1e-14),
+}
+SHOW_FIRST = 8
+
+
+class CheckError(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How output elements map to threads, so that a wrong element can be traced to its thread.
+
+    items_per_thread consecutive elements per thread (contiguous), or, with grid_stride=True,
+    element i handled by global thread i % (blocks * threads_per_block).
+    """
+
+    blocks: int
+    threads_per_block: int
+    items_per_thread: int = 1
+    grid_stride: bool = False
+
+    def owner(self, flat_index):
+        if self.grid_stride:
+            thread = flat_index % (self.blocks * self.threads_per_block)
+        else:
+            thread = flat_index // self.items_per_thread
+        return divmod(int(thread), self.threads_per_block)
+
+
+def to_host(array):
+    """A NumPy copy of a device array, a torch tensor, or a host array."""
+    if hasattr(array, "copy_to_host"):
+        return array.copy_to_host()
+    if type(array).__module__.startswith("torch"):
+        return array.detach().cpu().numpy()
+    if hasattr(array, "get") and type(array).__module__.startswith("cupy"):
+        return array.get()
+    return np.asarray(array)
+
+
+def _where(index, shape, launch):
+    position = np.unravel_index(index, shape) if len(shape) > 1 else (int(index),)
+    text = "[" + ", ".join(str(int(p)) for p in position) + "]"
+    if launch is not None:
+        block, thread = launch.owner(index)
+        text += f" (block {block}, thread {thread})"
+    return text
+
+
+def _fail(name, message, bad, out, ref, launch):
+    lines = [f"{name}: {message}"]
+    if bad is not None:
+        flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+        for index in bad[:SHOW_FIRST]:
+            where = _where(index, ref.shape, launch)
+            lines.append(f"  at {where}: got {flat_out[index]!r}, expected {flat_ref[index]!r}")
+        if launch is not None and len(bad):
+            blocks = sorted({launch.owner(i)[0] for i in bad})
+            lines.append(f"  wrong elements come from {len(blocks)} block(s): {blocks[:SHOW_FIRST]}"
+                         + (" ..." if len(blocks) > SHOW_FIRST else ""))
+    raise CheckError("\n".join(lines))
+
+
+def _same_kind(name, out, ref):
+    if out.shape != ref.shape:
+        raise CheckError(f"{name}: shape {out.shape}, expected {ref.shape}")
+    if out.dtype != ref.dtype:
+        raise CheckError(f"{name}: dtype {out.dtype}, expected {ref.dtype}")
+
+
+def assert_close(out, ref, *, rtol=None, atol=None, exact=False, name="output", launch=None,
+                 input=None):
+    """Raise CheckError unless `out` matches the NumPy reference `ref`; returns the host copy of out.
+
+    `input`: the kernel's input, when the output must differ from it (catches a kernel that wrote
+    nothing to an output initialised as a copy of its input, or an in-place kernel that did nothing).
+    """
+    out, ref = to_host(out), np.asarray(ref)
+    _same_kind(name, out, ref)
+    if out.size == 0:
+        return out
+    flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+
+    is_float = np.issubdtype(ref.dtype, np.floating)
+    if exact or not is_float:
+        # Bit-identical for integers and masks; for floats, NaN == NaN (any payload) but -0 != +0.
+        if is_float:
+            same = (flat_out.view(f"u{ref.itemsize}") == flat_ref.view(f"u{ref.itemsize}")) | (
+                np.isnan(flat_out) & np.isnan(flat_ref))
+        else:
+            same = flat_out == flat_ref
+        bad = np.flatnonzero(~same)
+        if len(bad):
+            _fail(name, f"{len(bad)} of {ref.size} elements differ (exact comparison)", bad, out, ref,
+                  launch)
+    else:
+        default_rtol, default_atol = DEFAULT_TOLERANCE.get(ref.dtype, (1e-5, 1e-6))
+        rtol = default_rtol if rtol is None else rtol
+        atol = default_atol if atol is None else atol
+        ref_nan, out_nan = np.isnan(flat_ref), np.isnan(flat_out)
+        nan_where_finite = np.flatnonzero(out_nan & np.isfinite(flat_ref))
+        if len(nan_where_finite):
+            _fail(name, f"NaN in {len(nan_where_finite)} elements where the reference is finite",
+                  nan_where_finite, out, ref, launch)
+        ref_inf = np.isinf(flat_ref)
+        with np.errstate(invalid="ignore", over="ignore"):
+            wide_out, wide_ref = flat_out.astype(np.float64), flat_ref.astype(np.float64)
+            near = np.abs(wide_out - wide_ref) <= atol + rtol * np.abs(wide_ref)
+        same = np.where(ref_nan, out_nan, np.where(ref_inf, wide_out == wide_ref, near))
+        bad = np.flatnonzero(~same)
+        if len(bad):
+            _fail(name, f"{len(bad)} of {ref.size} elements differ (rtol={rtol:g}, atol={atol:g})", bad,
+                  out, ref, launch)
+
+    # Degenerate outputs that a tolerance could let through.
+    if not np.any(flat_out) and np.any(flat_ref):
+        _fail(name, "output is all zeros but the reference is not", None, out, ref, launch)
+    if input is not None:
+        before = to_host(input)
+        if before.shape == out.shape and before.dtype == out.dtype and np.array_equal(
+                before, out, equal_nan=is_float) and not np.array_equal(ref, before, equal_nan=is_float):
+            _fail(name, "output is left equal to its input", None, out, ref, launch)
+    return out
+
+
+def unpack_bitmask(words, n):
+    """The first n bits of a packed mask: bit i % 32 of 32-bit word i // 32 (little-endian bit order)."""
+    words = np.ascontiguousarray(to_host(words))
+    if words.dtype.kind not in "iu":
+        raise CheckError(f"bitmask: dtype {words.dtype} is not an integer type")
+    return np.unpackbits(words.view(np.uint8), bitorder="little")[:n].astype(bool)
+
+
+def pack_bitmask(bits):
+    """NumPy reference for a packed mask: uint32[ceil(n / 32)], unused high bits of the last word 0."""
+    bits = np.asarray(bits, dtype=bool).reshape(-1)
+    padded = np.zeros(-(-bits.size // 32) * 32, dtype=bool)
+    padded[: bits.size] = bits
+    return np.packbits(padded, bitorder="little").view(np.uint32)
+
+
+def assert_bitmask(words, bits, *, name="mask", launch=None):
+    """Raise CheckError unless the packed mask `words` holds exactly the booleans `bits`.
+
+    The padding bits past n in the last word must be zero, so that popcounts of the mask are right.
+    `launch` maps an element (bit) index to its owner, like assert_close.
+    """
+    bits = np.asarray(bits, dtype=bool).reshape(-1)
+    expected = pack_bitmask(bits)
+    got = to_host(words).reshape(-1)
+    if got.shape != expected.shape:
+        raise CheckError(f"{name}: {got.size} words, expected ceil({bits.size} / 32) = {expected.size}")
+    if got.dtype.itemsize != 4:
+        raise CheckError(f"{name}: dtype {got.dtype}, expected a 32-bit word type")
+    got_bits = np.unpackbits(np.ascontiguousarray(got).view(np.uint8), bitorder="little").astype(bool)
+    wrong = np.flatnonzero(got_bits != np.unpackbits(expected.view(np.uint8), bitorder="little").astype(bool))
+    if len(wrong):
+        first = int(wrong[0])
+        word, bit = divmod(first, 32)
+        where = f"element {first} (word {word}, bit {bit})"
+        if first >= bits.size:
+            where += f", a padding bit past n={bits.size}"
+        elif launch is not None:
+            block, thread = launch.owner(first)
+            where += f" (block {block}, thread {thread})"
+        raise CheckError(f"{name}: {len(wrong)} of {bits.size} bits wrong; first wrong bit is {where}: "
+                         f"got {int(got_bits[first])}, expected {int(first < bits.size and bits[first])}")
+    return got

@@ -1,0 +1,103 @@
+"""Where results live, and the stamp every stored result carries.
+
+    results/<device>/<chapter>.json   e.g. results/nvidia-h100-80gb-hbm3/ch00.json
+    results/<device>/<chapter>_*.png  the chapter's plots
+
+<device> is the GPU's name made into a folder name, or "simulator". GPU results are committed with
+their stamp; simulator results are not (their times mean nothing).
+"""
+
+import datetime
+import json
+import platform
+import re
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from numba import cuda
+
+from . import MODE
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+REFERENCE_DEVICE = "nvidia-h100-80gb-hbm3"  # the GPU the README's figures come from
+
+
+def _version(package):
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@lru_cache(maxsize=None)
+def device_facts():
+    """Name, compute capability, SMs, memory and L2 of the current device, or the simulator's."""
+    if MODE == "sim":
+        return {"name": "CUDA simulator", "slug": "simulator"}
+    device = cuda.get_current_device()
+    name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
+    free, total = cuda.current_context().get_memory_info()
+    from numba.cuda.cudadrv import driver
+
+    return {
+        "name": name,
+        "slug": re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-"),
+        "compute_capability": "%d.%d" % device.compute_capability,
+        "sms": device.MULTIPROCESSOR_COUNT,
+        "memory_gib": round(total / 2**30, 1),
+        "l2_mb": round(device.L2_CACHE_SIZE / 1e6, 1),
+        "driver": _driver_release(),
+        "cuda_driver_api": "%d.%d" % driver.driver.get_version(),
+    }
+
+
+def _driver_release():
+    """The kernel driver's release (e.g. 580.159.04), as nvidia-smi shows it, where Linux tells."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9.]+)", text)
+    return found.group(1) if found else None
+
+
+def stamp():
+    """What a stored number needs to be believed: device, versions, date, mode."""
+    facts = device_facts()
+    return {
+        "device": facts["name"],
+        "device_facts": facts,
+        "mode": MODE,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "numba": _version("numba"),
+        "numba_cuda": _version("numba-cuda"),
+        "numpy": _version("numpy"),
+        "torch": _version("torch"),
+        "cupy": _version("cupy-cuda13x") or _version("cupy-cuda12x") or _version("cupy"),
+    }
+
+
+def device_dir(slug=None):
+    path = RESULTS / (slug or device_facts()["slug"])
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def save_json(chapter, payload, slug=None):
+    path = device_dir(slug) / f"{chapter}.json"
+    path.write_text(json.dumps(payload, indent=1, default=float) + "\n")
+    return path
+
+
+def load_json(chapter, slug=REFERENCE_DEVICE):
+    path = RESULTS / slug / f"{chapter}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def stored_devices():
+    """Folders of GPU results present in results/, the reference device first."""
+    found = sorted(p.name for p in RESULTS.glob("*") if p.is_dir() and p.name != "simulator")
+    return sorted(found, key=lambda slug: slug != REFERENCE_DEVICE)
