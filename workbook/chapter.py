@@ -38,13 +38,13 @@ class Chapter:
         `measured` may be a number or the (median, p25, p75) triple that Comparison.ratio returns.
         In the simulator a bar is not judged (times mean nothing there).
         """
-        value, *spread = measured if isinstance(measured, tuple) else (measured,)
+        value, *spread = (float(v) for v in (measured if isinstance(measured, tuple) else (measured,)))
         if not ON_GPU or value != value:  # simulator, or a NaN: a baseline that could not run
             met = None
         elif at_least is not None:
-            met = value >= at_least
+            met = bool(value >= at_least)
         else:
-            met = value <= at_most
+            met = bool(value <= at_most)
         target = f">= {at_least:g}" if at_least is not None else f"<= {at_most:g}"
         record = {"what": what, "measured": value, "spread": spread or None, "target": target, "met": met}
         self.bars.append(record)
