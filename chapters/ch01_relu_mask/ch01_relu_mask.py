@@ -1,0 +1,456 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 01 — ReLU with a 1-bit mask: sequential vs warp ballot, and fused BatchNorm + Add + ReLU
+#
+# The case comes from OneFlow's normalization kernels. In a ResNet every BatchNorm is followed by a
+# ReLU (`bn → relu`) or by a residual add and a ReLU (`bn → + identity → relu`). The backward pass of
+# ReLU needs only *where the input was positive*, so instead of keeping `y` (4 bytes per element)
+# for the backward pass, the forward pass can keep **one bit** per element.
+#
+# In this chapter you will learn
+# - why building a bitmask **sequentially** (one thread, eight elements, one byte) breaks coalescing,
+#   and how a **warp ballot** (`cuda.ballot_sync`) builds each 32-bit word in one instruction;
+# - how to keep a warp-level collective safe: a loop whose trip count is **warp-uniform**, and a tail
+#   where lanes past the end still vote (false);
+# - the backward pass from the mask — a *select*, not a multiply — and what the 31/32 of bytes saved
+#   is worth against `torch`'s `threshold_backward`, which reads `y`;
+# - fusing BatchNorm (training) + add + ReLU + mask into one pass, and the ReLU gradient into the
+#   BatchNorm backward.
+#
+# Without a GPU this notebook runs in numba's CUDA simulator on small arrays; each comparison is then
+# followed by the stored figures from an NVIDIA H100.
+
+# %%
+import numpy as np
+
+import workbook
+from workbook import cuda, plots
+
+from chapters.ch01_relu_mask import batchnorm as bn
+from chapters.ch01_relu_mask import kernels as k
+
+print(f"running on: {workbook.MODE}")
+chapter = workbook.Chapter("ch01", "ReLU with a 1-bit mask; fused BatchNorm + Add + ReLU")
+rng = np.random.default_rng(1)
+torch = workbook.bench.optional_torch()
+
+# %% [markdown]
+# ## The reference and the mask layout
+#
+# `y = relu(x)`, and the mask is `uint32[ceil(n / 32)]` with bit `i % 32` of word `i // 32` set when
+# `x[i] > 0` — exactly `np.packbits(x > 0, bitorder="little")` viewed as uint32, padding bits 0.
+#
+# The special values, decided once: `NaN > 0` is false, so **a NaN gets bit 0** (its gradient is 0,
+# as in torch, whose `threshold_backward` tests `y > 0` and `NaN > 0` is false); `y` keeps the NaN
+# (as `torch.relu` does). `+inf` gets bit 1, `-0.0` and `+0.0` get bit 0 and give `y = +0.0`.
+
+# %%
+x_small = np.array([1.5, -2.0, 0.0, -0.0, np.nan, np.inf, -np.inf, 3.0], dtype=np.float32)
+y_small, mask_small = k.relu_mask_reference(x_small)
+print("x    ", x_small)
+print("y    ", y_small)
+print("mask  0b" + format(int(mask_small[0]), "08b")[::-1], "(bit 0 first)")
+
+# %% [markdown]
+# What the mask saves: the backward pass keeps `n / 8` bytes instead of `4n` — 32 times less.
+
+# %%
+for shape in [(16, 32, 112, 112), (32, 256, 56, 56), (1 << 28,)]:
+    count = int(np.prod(shape))
+    print(f"{str(shape):>20}: keep y {4 * count / 2**20:8.1f} MiB   keep the mask "
+          f"{4 * k.mask_words(count) / 2**20:6.1f} MiB")
+
+# %% [markdown]
+# ## Naive: a sequential bitmask
+#
+# Each thread reads 8 consecutive elements and writes one byte of bits:
+#
+# ```
+# thread:   t0                  t1                  t2                  ...  t31
+# reads:    x[0]   x[1] .. x[7] x[8]   x[9] .. x[15] x[16] ...                 x[248] .. x[255]
+# load j=0: x[0]                x[8]                x[16]               ...  x[248]   32 bytes apart
+# writes:   mask byte 0         mask byte 1         mask byte 2         ...  byte 31  32 consecutive bytes
+# ```
+#
+# The byte stores are coalesced. The loads are not: on each of the 8 load instructions the 32 lanes
+# read addresses 32 bytes apart, 32 different sectors, 4 useful bytes in each. The next 7 loads
+# reuse those sectors only if they are still in L1, and the `y` stores have the same stride.
+
+# %%
+workbook.show(k.relu_mask_sequential_kernel)
+
+# %% [markdown]
+# ## Optimized: one ballot per 32 elements
+#
+# Lane *k* of a warp tests element *k* of a row of 32, and `cuda.ballot_sync(FULL_MASK, x > 0)` gives
+# every lane the 32 answers as one word — the mask word of that row. A warp does 8 rows per trip
+# (8 independent loads in flight per lane), lanes 0–7 keep the 8 words and store them together: 32
+# consecutive bytes. All loads and stores of `x` and `y` are coalesced 128-byte rows.
+#
+# The trip loop depends only on the warp index, so a warp goes round it as one and every lane reaches
+# every ballot; the last partial trip runs with bounds checks, and lanes past `n` vote `False`.
+
+# %%
+workbook.show(k._relu_mask_trip)
+workbook.show(k.relu_mask_ballot_kernel)
+
+# %% [markdown]
+# Two details in that trip cost a lot when done the obvious way. The word is stored by *every*
+# lane (lanes j, j+8, j+16, j+24 store row j's word, the same value to the same address): written as
+# `if lane < 8: mask[...] = mine`, the compiler moves that loop-invariant test out of the loop and
+# makes two copies of the loop, one for lanes 0–7 and one for lanes 8–31. The warp then runs both
+# copies one after the other, meeting at each ballot, and every load is issued twice, by 8 and by 24
+# lanes. And the row a lane keeps is picked with a select (`if row == j: mine = bits`), not a branch.
+#
+# ### One step further: 8-byte words
+#
+# Chapter 00 found that a numba kernel moving 8-byte words gets closer to the copy ceiling than one
+# moving 4-byte floats. Here lane *k* loads the `uint64` holding elements 2k and 2k+1 of a row of 64,
+# and never forms a float: a float32 is positive when its bits are in `1 .. 0x7F800000`, and `y` is
+# its bits or 0. Two ballots per row (even and odd elements) are interleaved into the two mask words
+# of the row with a few shifts and masks.
+
+# %%
+workbook.show(k._spread16)
+workbook.show(k._relu_mask_wide_trip)
+
+# %% [markdown]
+# ## Backward from the mask
+#
+# `dx = dy` where the bit is set, else 0. It must be a **select**: `dy * bit` would turn a masked
+# `inf` in `dy` into `inf * 0 = NaN`. The 32 lanes of a row read the same mask word (one broadcast
+# load). Bytes per element: the version that reads `y` moves 4 + 4 + 4 = 12, the mask version
+# 4 + 1/8 + 4 = 8.125, so at most 12 / 8.125 = 1.48x faster.
+
+# %%
+workbook.show(k._backward_from_mask_trip)
+
+# %% [markdown]
+# ## Check first: awkward sizes and special values
+#
+# Sizes 1, 31, 32, 33, 1000, a size that is not a multiple of a trip, and a large odd size; the
+# inputs include zeros, negative zeros, NaN and ±inf, and `dy` has infinities where the mask is 0.
+
+# %%
+def special_inputs(n):
+    x = rng.standard_normal(n).astype(np.float32)
+    x[rng.random(n) < 0.1] = 0.0
+    x[rng.random(n) < 0.1] = -0.0
+    specials = np.array([np.nan, np.inf, -np.inf, -np.nan], dtype=np.float32)
+    picks = rng.random(n) < 0.05
+    x[picks] = rng.choice(specials, picks.sum())
+    return x
+
+
+odd_sizes = [1, 31, 32, 33, 1000, 2049, workbook.size(gpu=(1 << 24) + 3, sim=3001)]
+for n in odd_sizes:
+    x_host = special_inputs(n)
+    y_ref, mask_ref = k.relu_mask_reference(x_host)
+    x_dev = cuda.to_device(x_host)
+    for forward in (k.relu_mask_sequential, k.relu_mask_ballot, k.relu_mask_wide):
+        y_dev, mask_dev = forward(x_dev, cuda.device_array(n, np.float32), cuda.device_array(k.mask_words(n), np.uint32))
+        workbook.assert_close(y_dev, y_ref, exact=True, name=f"{forward.__name__} y, n={n}")
+        workbook.assert_bitmask(mask_dev, x_host > 0, name=f"{forward.__name__} mask, n={n}")
+    dy_host = rng.standard_normal(n).astype(np.float32)
+    dy_host[~(x_host > 0)] = np.inf  # a select gives 0 there; a multiply would give NaN
+    dx_ref = k.relu_backward_reference(dy_host, x_host > 0)
+    dy_dev = cuda.to_device(dy_host)
+    for backward in (k.relu_backward_from_mask, k.relu_backward_from_mask_wide):
+        dx = backward(dy_dev, cuda.to_device(mask_ref), cuda.device_array(n, np.float32))
+        workbook.assert_close(dx, dx_ref, exact=True, name=f"{backward.__name__}, n={n}")
+    dx = k.relu_backward_from_y(dy_dev, cuda.to_device(y_ref), cuda.device_array(n, np.float32))
+    workbook.assert_close(dx, dx_ref, exact=True, name=f"backward from y, n={n}")
+print("ReLU kernels agree with NumPy at sizes", odd_sizes)
+
+# %% [markdown]
+# ## Forward: sequential vs ballot vs `torch.relu`
+#
+# `torch.relu` reads 4n and writes 4n bytes and keeps no mask; the mask kernels write n/8 bytes more:
+# **8.125n bytes**, so at best 1.016x the time of `torch.relu`. The issue's bar: at most 1.15x.
+
+# %%
+n = workbook.size(gpu=1 << 28, sim=4096)
+x = cuda.to_device(rng.standard_normal(n).astype(np.float32))
+y = cuda.device_array(n, np.float32)
+mask = cuda.device_array(k.mask_words(n), np.uint32)
+torch_x = workbook.bench.torch_view(x)
+
+forward_result = chapter.compare(
+    "relu forward + mask",
+    {
+        "sequential (naive)": lambda: k.relu_mask_sequential(x, y, mask),
+        "warp ballot": lambda: k.relu_mask_ballot(x, y, mask),
+        "warp ballot, 8-byte words": lambda: k.relu_mask_wide(x, y, mask),
+    },
+    reference=lambda: k.relu_mask_reference(x.copy_to_host()),
+    baselines={"torch.relu (no mask)": lambda: torch.relu(torch_x)},
+    check_baselines=False,  # torch.relu returns y only; it is checked below
+    bytes=8.125 * n,
+    size=f"n=2^{n.bit_length() - 1} float32",
+)
+if torch is not None:
+    workbook.assert_close(torch.relu(torch_x), k.relu_reference(x.copy_to_host()), name="torch.relu")
+
+
+def fastest(comparison, names):
+    """The variant with the smallest median time (on a GPU; the last one named in the simulator)."""
+    return min(names, key=lambda name: comparison[name].median_ms) if workbook.ON_GPU else names[-1]
+
+
+best_forward = fastest(forward_result, ["warp ballot", "warp ballot, 8-byte words"])
+chapter.bar(f"relu+mask forward ({best_forward}) time / torch.relu time, n=2^28",
+            forward_result.ratio(best_forward, "torch.relu (no mask)"), at_most=1.15)
+
+# %% [markdown]
+# ## Backward: from the mask vs from `y` vs `threshold_backward`
+#
+# Both of our backward kernels run the same loop; they differ only in what they read. torch's
+# `threshold_backward(dy, y, 0)` is what autograd runs for `relu`: 12 bytes per element.
+
+# %%
+dy = cuda.to_device(rng.standard_normal(n).astype(np.float32))
+dx = cuda.device_array(n, np.float32)
+k.relu_mask_ballot(x, y, mask)
+torch_dy, torch_y = workbook.bench.torch_view(dy), workbook.bench.torch_view(y)
+
+
+def backward_case(key, dy, y, mask, dx, size):
+    n = dy.size
+    t_dy, t_y = workbook.bench.torch_view(dy), workbook.bench.torch_view(y)
+    return chapter.compare(
+        key,
+        {
+            "from y (12 B/elt)": lambda: k.relu_backward_from_y(dy, y, dx),
+            "from mask (8.125 B/elt)": lambda: k.relu_backward_from_mask(dy, mask, dx),
+            "from mask, 8-byte words": lambda: k.relu_backward_from_mask_wide(dy, mask, dx),
+        },
+        reference=lambda: k.relu_backward_reference(dy.copy_to_host(), y.copy_to_host() > 0),
+        baselines={"torch threshold_backward": lambda: torch.ops.aten.threshold_backward(t_dy, t_y, 0)},
+        bytes=8.125 * n,
+        size=size,
+    )
+
+
+backward_result = backward_case("relu backward", dy, y, mask, dx, f"n=2^{n.bit_length() - 1} float32")
+best_backward = fastest(backward_result, ["from mask (8.125 B/elt)", "from mask, 8-byte words"])
+chapter.bar(f"relu backward {best_backward} vs torch threshold_backward (speed-up), n=2^28",
+            backward_result.ratio("torch threshold_backward", best_backward), at_least=1.3)
+
+# %% [markdown]
+# GB/s above count the mask kernel's 8.125 bytes per element for every row, so the "from y" row's
+# true rate is 12/8.125 times the one shown.
+#
+# ### The seed case: 16 x 32 x 112 x 112
+#
+# 6.4 million elements: `dy` is 25.7 MB and fits in the H100's 50 MB L2, and so does the mask; with
+# `dx` the traffic is about 52 MB, so much of it is served by the L2 between repeats. At this size the
+# launch (~15-20 µs from Python, more with each array argument) is a large part of the time.
+
+# %%
+seed_n = workbook.size(gpu=16 * 32 * 112 * 112, sim=16 * 112)
+seed_args = (dy[:seed_n], y[:seed_n], mask[:k.mask_words(seed_n)], dx[:seed_n])
+seed_result = backward_case("relu backward, seed case", *seed_args,
+                            f"16x32x112x112 = {seed_n:,} float32 (fits in L2)" if workbook.ON_GPU
+                            else f"n={seed_n}")
+
+# %% [markdown]
+# ## Fused BatchNorm (training) + Add + ReLU
+#
+# Per channel *c*, over N·H·W elements: `mean`, `var` (biased), `z = (x - mean) / sqrt(var + eps) ·
+# gamma + beta + identity`, `y = relu(z)`, mask bit `z > 0`. Four kernels, each with one block per
+# contiguous (n, c) plane of NCHW:
+#
+# | kernel | reads | writes |
+# | --- | --- | --- |
+# | stats: sum x, sum x² per plane (float64) | x: 4 | — |
+# | forward: fold the N partials, normalise, + identity, ReLU, ballot | x 4 + identity 4 | y 4 + mask 1/8 |
+# | backward reduce: g = dy where bit, sum g, sum g·x; d_identity = g | dy 4 + mask 1/8 + x 4 | d_identity 4 |
+# | backward dx: dx = a·g + b·x + k per channel | dy 4 + mask 1/8 + x 4 | dx 4 |
+#
+# 40.4 bytes per element in all. torch's unfused autograd graph (`batch_norm`, `+`, `relu`, then
+# `threshold_backward` and `batch_norm_backward`) moves about 64. The mask layout here is per plane:
+# `uint32[N, C, ceil(H·W / 32)]`, each plane's last word padded, so no two blocks share a word.
+# Inputs are drawn so that no `z` is within 1e-3 of 0 (see `bn.batchnorm_inputs`): float32 rounding
+# must not flip a mask bit between us, torch and the float64 reference.
+
+# %%
+workbook.show(bn.bn_forward_kernel)
+workbook.show(bn.bn_backward_dx_kernel)
+
+# %%
+def bn_case(shape, with_identity):
+    """Device buffers and the float64 reference for one BatchNorm + (Add) + ReLU step."""
+    x, identity, gamma, beta, running_mean, running_var = bn.batchnorm_inputs(rng, shape, with_identity=with_identity)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    y_ref, mask_ref, saved_ref, mean_ref, var_ref = bn.batchnorm_forward_reference(
+        x, gamma, beta, running_mean, running_var, identity=identity)
+    positive = y_ref > 0
+    grads_ref = bn.batchnorm_backward_reference(dy, positive, x, gamma, saved_ref, with_identity=with_identity)
+    host = dict(x=x, identity=identity, gamma=gamma, beta=beta, running_mean=running_mean,
+                running_var=running_var, dy=dy)
+    dev = {name: (cuda.to_device(a) if a is not None else None) for name, a in host.items()}
+    dev.update(y=cuda.device_array(shape, np.float32), mask=cuda.device_array(mask_ref.shape, np.uint32),
+               saved=cuda.device_array((2, shape[1]), np.float64), dx=cuda.device_array(shape, np.float32),
+               d_identity=cuda.device_array(shape, np.float32) if with_identity else None,
+               dgamma=cuda.device_array(shape[1], np.float32), dbeta=cuda.device_array(shape[1], np.float32))
+    refs = dict(y=y_ref, mask=mask_ref, saved=saved_ref, running_mean=mean_ref, running_var=var_ref,
+                grads=tuple(g for g in grads_ref if g is not None))
+    return host, dev, refs
+
+
+def fused_step(d):
+    bn.batchnorm_relu_forward(d["x"], d["gamma"], d["beta"], d["running_mean"], d["running_var"], d["y"],
+                              d["mask"], d["saved"], identity=d["identity"])
+    grads = bn.batchnorm_relu_backward(d["dy"], d["mask"], d["x"], d["gamma"], d["saved"], d["dx"], d["dgamma"],
+                                       d["dbeta"], d_identity=d["d_identity"])
+    return tuple(g for g in grads if g is not None)
+
+
+for shape in [(2, 3, 5, 7), (3, 2, 1, 33), (1, 1, 1, 2)]:
+    for with_identity in (True, False):
+        host, dev, refs = bn_case(shape, with_identity)
+        grads = fused_step(dev)
+        name = f"BN{' + add' if with_identity else ''} + ReLU {shape}"
+        workbook.assert_close(dev["y"], refs["y"], rtol=1e-5, atol=1e-5, name=f"{name} y")
+        workbook.assert_close(dev["mask"], refs["mask"], exact=True, name=f"{name} mask")
+        workbook.assert_close(dev["running_mean"], refs["running_mean"], name=f"{name} running_mean")
+        workbook.assert_close(dev["running_var"], refs["running_var"], name=f"{name} running_var")
+        what = ("dx", "d_identity", "dgamma", "dbeta") if with_identity else ("dx", "dgamma", "dbeta")
+        for grad, ref, label in zip(grads, refs["grads"], what):
+            workbook.assert_close(grad, ref, rtol=1e-4, atol=1e-5, name=f"{name} {label}")
+print("fused BatchNorm (+ add) + ReLU agrees with NumPy")
+
+# %% [markdown]
+# ### Fused forward + backward vs torch's unfused autograd
+#
+# One training step of `relu(batch_norm(x) + identity)`: forward, then backward with a given `dy`,
+# producing `dx`, `d_identity`, `dgamma`, `dbeta`. torch runs on the same device buffers.
+
+# %%
+bn_shape = workbook.size(gpu=(32, 256, 56, 56), sim=(2, 4, 6, 6))
+host, dev, refs = bn_case(bn_shape, True)
+torch_step = None
+if torch is not None:
+    tv = workbook.bench.torch_view
+    t_x, t_identity = tv(dev["x"]).requires_grad_(), tv(dev["identity"]).requires_grad_()
+    t_gamma = torch.tensor(host["gamma"], device="cuda", requires_grad=True)
+    t_beta = torch.tensor(host["beta"], device="cuda", requires_grad=True)
+    t_mean, t_var = torch.zeros(bn_shape[1], device="cuda"), torch.ones(bn_shape[1], device="cuda")
+    t_dy = tv(dev["dy"])
+
+    def torch_step():
+        for leaf in (t_x, t_identity, t_gamma, t_beta):
+            leaf.grad = None
+        z = torch.nn.functional.batch_norm(t_x, t_mean, t_var, t_gamma, t_beta, training=True, momentum=0.1,
+                                           eps=1e-5)
+        torch.relu(z + t_identity).backward(t_dy)
+        return t_x.grad, t_identity.grad, t_gamma.grad, t_beta.grad
+
+elements = int(np.prod(bn_shape))
+bn_result = chapter.compare(
+    "bn+add+relu fwd+bwd",
+    {"fused (4 kernels, 1-bit mask)": lambda: fused_step(dev)},
+    reference=refs["grads"],
+    baselines={"torch unfused (autograd)": torch_step},
+    check=lambda out, ref, name: workbook.assert_close(out, ref, rtol=1e-4, atol=1e-4, name=name),
+    bytes=(4 + 12.125 + 12.125 + 12.125) * elements,
+    size="x".join(map(str, bn_shape)),
+)
+chapter.bar("fused BN+add+relu fwd+bwd vs torch unfused (speed-up), 32x256x56x56",
+            bn_result.ratio("torch unfused (autograd)", "fused (4 kernels, 1-bit mask)"), at_least=1.2)
+
+# %% [markdown]
+# ## A size sweep: the forward pass
+#
+# Small arrays are dominated by the launch (~15-20 µs from Python; torch's ~11 µs) and sit in the L2;
+# past the L2 the rate settles. The dashed line is the copy ceiling measured in this run.
+
+# %%
+sweep_sizes = [1 << p for p in (range(16, 29, 2) if workbook.ON_GPU else range(6, 13, 2))]
+series = {"sequential (naive)": [], "warp ballot": [], "warp ballot, 8-byte words": [], "torch.relu (no mask)": []}
+for size in sweep_sizes:
+    s_x, s_y, s_mask = x[:size], y[:size], mask[:k.mask_words(size)]
+    t_x = workbook.bench.torch_view(s_x)
+    result = chapter.compare(
+        "relu forward sweep",
+        {"sequential (naive)": lambda: k.relu_mask_sequential(s_x, s_y, s_mask),
+         "warp ballot": lambda: k.relu_mask_ballot(s_x, s_y, s_mask),
+         "warp ballot, 8-byte words": lambda: k.relu_mask_wide(s_x, s_y, s_mask)},
+        reference=lambda: k.relu_mask_reference(s_x.copy_to_host()),
+        baselines={"torch.relu (no mask)": lambda: torch.relu(t_x)},
+        check_baselines=False,
+        bytes=8.125 * size,
+        size=f"n={size:,}",
+        repeats=20,
+        show=False,
+    )
+    for name in series:
+        series[name].append(result[name].gbps if name in [t.name for t in result.timings] else None)
+
+if workbook.ON_GPU:
+    figure = plots.sweep(sweep_sizes, series, ceiling=workbook.bench.copy_ceiling()["gbps"],
+                         xlabel="float32 elements", ylabel="GB/s (8.125 bytes per element)",
+                         title="ReLU forward with a 1-bit mask")
+    chapter.savefig(figure, "relu_sweep")
+else:
+    print("simulator: the sweep ran and was checked at", sweep_sizes, "- the plot needs a GPU's times.")
+    print("The stored H100 plot is results/nvidia-h100-80gb-hbm3/ch01_relu_sweep.png")
+
+# %% [markdown]
+# ## What the numbers mean
+#
+# Read them in the tables above (on a GPU, this run's; in the simulator, the stored H100 results).
+# - **Sequential vs ballot.** Both move the same bytes. The sequential kernel's loads are 32 bytes
+#   apart across a warp, so each load instruction touches 32 sectors and relies on L1 to serve the
+#   next seven; its `y` stores are scattered the same way. The ballot kernel reads and writes whole
+#   128-byte rows, and builds a word with one instruction instead of 8 compares, shifts and ORs.
+# - **Ballot vs torch.relu.** The mask adds 1/64 to the bytes; what is left of the gap is how close a
+#   numba kernel gets to torch's vectorised (16-byte) loads and stores — chapter 00 measured that gap
+#   for a plain copy. The 8-byte-word kernels close part of it; numba has no 16-byte access to a
+#   float32 array.
+# - **Divergence costs bandwidth.** A lane-only `if` around the mask store, hoisted out of the loop by
+#   the compiler, splits every load and store of the warp in two: this is what the first H100 run of
+#   this chapter measured (the ballot kernel at 81% of the copy ceiling, against 89% for the
+#   backward kernel with the same loop) before the store was made branch-free.
+# - **Backward.** Reading one bit instead of `y` removes a third of the bytes: the best case is 1.48x
+#   over our own "from y" kernel, which the 8-byte-word mask kernel nearly reaches at 2^28.
+# - **The seed case and small sizes.** At 16x32x112x112 the data sits in the L2 and the kernels take
+#   a few tens of µs, about what a launch from Python costs: torch's `threshold_backward` and our
+#   4-byte mask kernel come out close. The 8-byte-word wrappers are then *much* slower, and so is the
+#   8-byte forward at the left of the sweep: each call builds two `uint64` views of its arrays in
+#   Python, which costs more than the kernel itself. Wide words pay only where the arrays are large.
+# - **Fused BatchNorm.** Two passes forward, two backward, with the ReLU folded into both and the
+#   mask replacing `y`: about 40 bytes per element against torch's ~64, and 4 launches against
+#   torch's ~8 kernels plus autograd's bookkeeping.
+
+# %%
+chapter.save()
+
+# %% [markdown]
+# ## Exercises
+# 1. Change `WORDS_PER_TRIP` to 4 and 16. Predict, then measure. What happens to the registers?
+# 2. Write the backward pass that loads one word per lane (lanes 0–7) and hands each row its word
+#    with `cuda.shfl_sync` instead of a broadcast load. Is it faster?
+# 3. Drop the `check` branch of `_relu_mask_trip` (run every trip unchecked) and read what the tests
+#    and `workbook.assert_bitmask` say at n = 33.
+# 4. Make the backward pass a multiply (`dy * bit`) and find the input that makes it wrong.
+# 5. The stats kernel computes `sum x²`; for data with a large mean, `E[x²] - mean²` in float32 would
+#    lose everything. Why does float64 accumulation save it here, and what does Welford's method do?
+#
+# ## References
+# - OneFlow, `oneflow/core/cuda/layer_norm.cuh` and the fused `normalization` kernels with a ReLU
+#   bitmask (`fused_bn_add_relu`).
+# - NVIDIA, *CUDA C++ Programming Guide*, "Warp Vote Functions" (`__ballot_sync`).
+# - S. Ioffe, C. Szegedy, "Batch Normalization" (2015): the backward formulas used here.
