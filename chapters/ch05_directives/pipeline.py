@@ -1,0 +1,277 @@
+"""Chapter 05's data movement: the directive/explicit/data-region sequences, the row-block pipeline
+over streams with pinned memory, and a timeline of what each stream did (from CUDA events).
+
+In numba's simulator streams, events and pinned memory exist but everything runs synchronously
+and events carry no time, so the timeline there uses the host clock and shows the work in series.
+"""
+
+import math
+import time
+
+import numpy as np
+from numba import cuda
+from numba.cuda.cudadrv import driver  # the simulator has the same two copy functions
+
+from workbook import ON_GPU
+from workbook.inputs import require
+
+from . import kernels as k
+
+# ---------------------------------------------------------------------------------------------
+# A sequence of merges, acc <- merge(acc, b), three ways. Per pixel and per step:
+#   directive              2 bytes up, 1 down, plus a device allocation for each input and output
+#   explicit, host arrays  3 bytes up, 3 down (numba copies back every array argument)
+#   data region            2 bytes up and 1 down once for the whole sequence; steps touch only HBM
+
+
+def merge_sequence_directive(a, b, steps):
+    acc = a
+    for _ in range(steps):
+        acc = k.merge_directive(acc, b)
+    return acc
+
+
+def merge_sequence_on_host_arrays(a, b, steps):
+    acc, out = a.copy(), np.empty_like(a)
+    for _ in range(steps):
+        k.merge_on_host_arrays(acc, b, out)
+        acc, out = out, acc
+    return acc
+
+
+def merge_sequence_data_region(a, b, steps):
+    a = k.check_image(a, "a", device=False)
+    b = k.check_image(b, "b", device=False, like=a)
+    d_acc, d_b = cuda.to_device(a), cuda.to_device(b)  # copyin(a, b)
+    d_out = cuda.device_array_like(d_acc)  # create(out): never copied
+    for _ in range(steps):
+        k.merge(d_acc, d_b, d_out)
+        d_acc, d_out = d_out, d_acc
+    return d_acc.copy_to_host()  # copyout(acc)
+
+
+def merge_blur_data_region(a, b, variant="2d"):
+    """Merge then blur with one copy in, one copy out (pageable host memory): 3 bytes per pixel."""
+    a = k.check_image(a, "a", device=False)
+    b = k.check_image(b, "b", device=False, like=a)
+    d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+    merged, out = cuda.device_array_like(d_a), cuda.device_array_like(d_a)
+    k.merge_blur(d_a, d_b, merged, out, variant)
+    return out.copy_to_host()
+
+
+# ---------------------------------------------------------------------------------------------
+# Timeline marks
+
+
+class Timeline:
+    """Spans of work per stream: CUDA events recorded before and after each operation on its stream.
+
+    An event completes when its stream reaches it, so a span starts when the stream was ready for the
+    operation: a copy that waits for a copy engine busy with another stream shows its wait too.
+    In the simulator the host clock stands in for events (everything there is synchronous).
+    """
+
+    def __init__(self):
+        self.spans = []  # (lane, kind, start mark, end mark)
+        self.origin = self._mark(0)
+
+    @staticmethod
+    def _mark(stream):
+        if not ON_GPU:
+            return time.perf_counter()
+        event = cuda.event()
+        event.record(stream)
+        return event
+
+    def run(self, lane, kind, stream, operation, /, *args, **kwargs):
+        start = self._mark(stream)
+        operation(*args, **kwargs)
+        self.spans.append((lane, kind, start, self._mark(stream)))
+
+    def intervals(self):
+        """[(lane, kind, start ms, end ms)] from the origin; call after the work is synchronised."""
+        cuda.synchronize()
+
+        def ms(mark):
+            if ON_GPU:
+                return cuda.event_elapsed_time(self.origin, mark)
+            return (mark - self.origin) * 1e3
+
+        return [(lane, kind, ms(start), ms(end)) for lane, kind, start, end in self.spans]
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline
+#
+#   rows of the image, cut into B blocks; block k goes to stream k % S:
+#
+#   stream 0:  [up a,b: 0][merge,blur 0][down 0]                [up 3][..]
+#   stream 1:             [up a,b: 1   ][merge,blur 1][down 1]
+#   stream 2:                          [up a,b: 2    ][merge..][down 2]
+#
+# While block k is copied up, block k-1 is computed and block k-2 copied down: with one copy engine
+# per direction, the time tends to max(bytes up / H2D rate, bytes down / D2H rate) instead of their
+# sum. Block k's blur needs one merged row of block k-1 and one of block k+1, so each block copies
+# up one row of halo above and below (2 rows of 2 images per block: 0.4% extra at 512-row blocks).
+# Host memory must be pinned: a copy from pageable memory is staged through a driver buffer by the
+# CPU and cannot overlap anything.
+
+
+class Pipeline:
+    """Merge + blur of an image in row blocks over streams. Buffers and views are made once, here;
+    run() only issues copies and launches."""
+
+    def __init__(self, height, width, blocks, streams, variant="2d"):
+        if variant not in k.BLUR_KERNELS:
+            raise ValueError(f"variant must be one of {sorted(k.BLUR_KERNELS)}, not {variant!r}")
+        for name, value in (("height", height), ("width", width), ("blocks", blocks), ("streams", streams)):
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if blocks > height:
+            raise ValueError(f"cannot cut {height} rows into {blocks} blocks")
+        self.shape, self.variant = (height, width), variant
+        block_rows = math.ceil(height / blocks)
+        streams = min(streams, blocks)
+        self.streams = [cuda.stream() for _ in range(streams)]
+        # Per stream, reused by every block of that stream (work in one stream runs in order).
+        buffers = [{"a": cuda.device_array((block_rows + 2, width), np.uint8),
+                    "b": cuda.device_array((block_rows + 2, width), np.uint8),
+                    "merged": cuda.device_array((block_rows + 2, width), np.uint8),
+                    "out": cuda.device_array((block_rows, width), np.uint8)} for _ in self.streams]
+        self.blocks = []
+        for index, r0 in enumerate(range(0, height, block_rows)):
+            r1 = min(r0 + block_rows, height)
+            s0, s1 = max(r0 - 1, 0), min(r1 + 1, height)  # rows to copy up: the block and its halo
+            buffer, n = buffers[index % streams], (s1 - s0) * width
+            stream = self.streams[index % streams]
+            self.blocks.append({
+                "stream": stream, "lane": index % streams, "rows": (r0, r1), "halo_rows": (s0, s1),
+                "a": buffer["a"][: s1 - s0], "b": buffer["b"][: s1 - s0],
+                "merged": buffer["merged"][: s1 - s0], "out": buffer["out"][: r1 - r0],
+                "a_flat": buffer["a"].reshape(buffer["a"].size)[:n], "b_flat": buffer["b"].reshape(buffer["b"].size)[:n],
+                "merged_flat": buffer["merged"].reshape(buffer["merged"].size)[:n],
+                "out_flat": buffer["out"].reshape(buffer["out"].size)[: (r1 - r0) * width],
+                # byte ranges of the flattened host images: what goes up, what comes down
+                "up": (s0 * width, s1 * width), "down": (r0 * width, r1 * width),
+                "merge_blocks": k.merge_blocks(n),
+                "blur_grid": k.blur_grid(r1 - r0, width, variant == "tile"),
+            })
+        self.blur_kernel = k.BLUR_KERNELS[variant]
+
+    def run(self, a, b, out, timeline=None):
+        """out <- blur(merge(a, b)); a, b, out host arrays (pinned for overlap). Returns out."""
+        a = require(a, "a", dtype=np.uint8, shape=self.shape, device=False)
+        b = require(b, "b", dtype=np.uint8, shape=self.shape, device=False)
+        out = require(out, "out", dtype=np.uint8, shape=self.shape, device=False)
+
+        def step(operation, *args, _kind, **kwargs):
+            if timeline is None:
+                operation(*args, **kwargs)
+            else:
+                timeline.run(lane, _kind, stream, operation, *args, **kwargs)
+
+        # The copies call numba's driver functions directly: DeviceNDArray.copy_to_device re-checks
+        # shapes and builds array views at every call (~100 us from Python on the H100 host), and
+        # with 5 calls per block the host, not the bus, would set the pace. The shapes were checked
+        # above and in __init__.
+        a_flat, b_flat, out_flat = a.reshape(a.size), b.reshape(b.size), out.reshape(out.size)
+        for block in self.blocks:
+            stream, lane = block["stream"], block["lane"]
+            (r0, r1), (s0, s1) = block["rows"], block["halo_rows"]
+            (up0, up1), (down0, down1) = block["up"], block["down"]
+            # 2 bytes per pixel (plus halo rows) up
+            step(driver.host_to_device, block["a_flat"], a_flat[up0:up1], up1 - up0, stream=stream,
+                 _kind="copy up")
+            step(driver.host_to_device, block["b_flat"], b_flat[up0:up1], up1 - up0, stream=stream,
+                 _kind="copy up")
+            # merge: 2 bytes read, 1 written per pixel; blur: ~1 read, 1 written (HBM, not the bus)
+            # (the launch is configured here, not once in __init__: numba's simulator keeps one
+            # configuration per kernel, the last one made)
+            step(k.merge_kernel[block["merge_blocks"], k.THREADS_PER_BLOCK, stream],
+                 block["a_flat"], block["b_flat"], block["merged_flat"], _kind="kernel")
+            step(self.blur_kernel[block["blur_grid"], (k.BLOCK_X, k.BLOCK_Y), stream],
+                 block["merged"], block["out"], s0, r0, _kind="kernel")
+            # 1 byte per pixel down
+            step(driver.device_to_host, out_flat[down0:down1], block["out_flat"], down1 - down0,
+                 stream=stream, _kind="copy down")
+        for stream in self.streams:
+            stream.synchronize()
+        return out
+
+
+def pinned_copy(array):
+    """A page-locked copy of a host array: what lets a copy run while the GPU computes."""
+    pinned = cuda.pinned_array(array.shape, dtype=array.dtype)
+    pinned[...] = array
+    return pinned
+
+
+# ---------------------------------------------------------------------------------------------
+# The timeline plot
+
+
+COLOURS = {"copy up": "tab:blue", "kernel": "tab:green", "copy down": "tab:orange"}
+
+
+def draw_timelines(timelines, title=""):
+    """{panel title: [(lane, kind, start ms, end ms)]} -> a matplotlib figure, one panel each."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    lanes_total = sum(1 + max(lane for lane, *_ in spans) for spans in timelines.values())
+    figure, axes = plt.subplots(len(timelines), 1, figsize=(9, 1.5 + 0.5 * lanes_total), sharex=True,
+                                squeeze=False)
+    for axis, (name, spans) in zip(axes[:, 0], timelines.items()):
+        lanes = 1 + max(lane for lane, *_ in spans)
+        for lane, kind, start, end in spans:
+            axis.broken_barh([(start, max(end - start, 1e-3))], (lane - 0.4, 0.8), color=COLOURS[kind],
+                             edgecolor="black", linewidth=0.3)
+        end_ms = max(end for *_, end in spans)
+        axis.set_yticks(range(lanes), [f"stream {lane}" for lane in range(lanes)])
+        axis.set_ylim(lanes - 0.5, -0.5)
+        axis.set_title(f"{name}: {end_ms:.3g} ms", fontsize=10)
+        axis.grid(True, axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("ms since the first copy was issued")
+    axes[0, 0].legend(handles=[Patch(color=c, label=kind) for kind, c in COLOURS.items()],
+                      loc="upper right", fontsize=8)
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+# ---------------------------------------------------------------------------------------------
+# What one call from Python costs the host
+
+
+def host_cost_us(width, calls):
+    """Microseconds of host time per call, for each kind of call a pipeline block makes (on a
+    1-row block, so the GPU work itself is negligible and asynchronous). Meaningless in the simulator."""
+    stream = cuda.stream()
+    p_row = cuda.pinned_array((1, width), np.uint8)
+    p_row[...] = 1
+    d_row, d_out = cuda.to_device(p_row, stream=stream), cuda.device_array((1, width), np.uint8)
+    d_flat, p_flat = d_row.reshape(width), p_row.reshape(width)
+    merge_blocks = k.merge_blocks(width)
+    blur_grid = k.blur_grid(1, width, False)
+    candidates = {
+        "DeviceNDArray.copy_to_device, 1 row": lambda: d_row.copy_to_device(p_row, stream=stream),
+        "driver.host_to_device, 1 row": lambda: driver.host_to_device(d_flat, p_flat, width, stream=stream),
+        "DeviceNDArray.copy_to_host, 1 row": lambda: d_row.copy_to_host(p_row, stream=stream),
+        "driver.device_to_host, 1 row": lambda: driver.device_to_host(p_flat, d_flat, width, stream=stream),
+        "merge kernel launch, 3 arrays": lambda: k.merge_kernel[merge_blocks, k.THREADS_PER_BLOCK, stream](
+            d_flat, d_flat, d_flat),
+        "blur kernel launch, 2 arrays": lambda: k.blur_2d_kernel[blur_grid, (k.BLOCK_X, k.BLOCK_Y), stream](
+            d_row, d_out, 0, 0),
+    }
+    costs = {}
+    for name, call in candidates.items():
+        call()  # compile, first-call costs
+        stream.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        costs[name] = (time.perf_counter() - start) / calls * 1e6
+        stream.synchronize()
+    return costs
