@@ -32,7 +32,9 @@ def test_notebook_matches_its_source(chapter):
 @pytest.mark.parametrize("chapter", list(SCRIPTS))
 def test_chapter_runs_end_to_end(chapter, tmp_path):
     script = SCRIPTS[chapter]
-    env = dict(os.environ, MPLBACKEND="Agg", WORKBOOK_DEVICE=workbook.MODE,
+    # Results go to tmp_path: a test run never overwrites the stored GPU results, and chapters
+    # running side by side (pytest -n) could not be timed honestly anyway.
+    env = dict(os.environ, MPLBACKEND="Agg", WORKBOOK_DEVICE=workbook.MODE, WORKBOOK_RESULTS=str(tmp_path),
                PYTHONPATH=os.pathsep.join([str(script.parents[2]), os.environ.get("PYTHONPATH", "")]))
     try:
         import nbclient
@@ -45,6 +47,6 @@ def test_chapter_runs_end_to_end(chapter, tmp_path):
         completed = subprocess.run([sys.executable, script.name], cwd=script.parent, env=env,
                                    capture_output=True, text=True, timeout=1800)
         assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    saved = json.loads((workbook.results.device_dir() / f"{chapter}.json").read_text())
+    saved = json.loads((tmp_path / workbook.results.device_facts()["slug"] / f"{chapter}.json").read_text())
     assert saved["cases"], "the chapter recorded no comparison"
     assert all(row["correct"] is not False for case in saved["cases"] for row in case["rows"])

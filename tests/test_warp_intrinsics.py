@@ -707,3 +707,18 @@ def test_speed_of_4096_threads_with_collectives():
     np.testing.assert_array_equal(out, expected)
     print(f"\n4096 threads, ballot + 5 shuffles: {seconds:.2f} s")
     assert seconds < 20
+
+
+@cuda.jit
+def _write_block_index(out):
+    out[cuda.grid(1)] = cuda.blockIdx.x + 1
+
+
+def test_launch_configurations_kept_for_later_are_independent():
+    # On a GPU kernel[grid, block] returns a new launcher; the simulator must not share one.
+    small, large = _write_block_index[1, 4], _write_block_index[2, 4]
+    out_small, out_large = cuda.to_device(np.zeros(8, np.int32)), cuda.to_device(np.zeros(8, np.int32))
+    small(out_small)
+    large(out_large)
+    assert list(out_small.copy_to_host()) == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert list(out_large.copy_to_host()) == [1, 1, 1, 1, 2, 2, 2, 2]

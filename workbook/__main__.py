@@ -89,7 +89,7 @@ def run(args):
     console = Console(width=160)
     console.print(f"[bold]workbook run[/]: {len(scripts)} chapter(s) in {workbook.MODE} mode on "
                   f"{results.device_facts()['name']}, as {'notebooks' if use_notebook else 'scripts'}; "
-                  f"logs in {out_dir.relative_to(results.ROOT)}/")
+                  f"logs in {out_dir}/")
     failed = []
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=console) as progress:
@@ -106,15 +106,15 @@ def run(args):
                 failed.append(chapter_id)
                 progress.console.print("".join(log_path.read_text().splitlines(True)[-25:]))
             progress.advance(task)
-    summary(console, list(scripts), results.device_facts()["slug"])
+    summary(console, list(scripts), results.device_facts()["slug"], out_dir.parent)
     if failed:
         console.print(f"[red]failed chapters: {', '.join(failed)}[/]")
         return 1
     return 0
 
 
-def _load(chapter_id, slug):
-    path = results.RESULTS / slug / f"{chapter_id}.json"
+def _load(chapter_id, slug, base=None):
+    path = (base or results.RESULTS) / slug / f"{chapter_id}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -122,16 +122,21 @@ def _fmt(value, spec, suffix=""):
     return "-" if value is None else format(value, spec) + suffix
 
 
-def summary_rows(chapter_ids, slug):
-    """Rows of the summary: this run's correctness, and times from this run or (simulator) stored."""
+def summary_rows(chapter_ids, slug, base=None):
+    """Rows of the summary: this run's correctness, and times from this run or (simulator) stored.
+
+    base: the folder this run wrote to (results/ unless WORKBOOK_RESULTS says otherwise)."""
     rows, bars = [], []
     for chapter_id in chapter_ids:
-        record = _load(chapter_id, slug)
+        record = _load(chapter_id, slug, base)
         if record is None:
             continue
         timed = record if record["stamp"]["mode"] == "gpu" else _load(chapter_id, results.REFERENCE_DEVICE)
         timed_cases = {case["key"]: case for case in (timed or {}).get("cases", [])}
+        keys = [case["key"] for case in record["cases"]]
         for case in record["cases"]:
+            if keys.count(case["key"]) > 1:
+                continue  # the points of a sweep: the chapter's plot shows them
             timed_case = timed_cases.get(case["key"], {})
             timed_rows = {row["variant"]: row for row in timed_case.get("rows", [])}
             for row in case["rows"]:
@@ -150,18 +155,16 @@ def summary_rows(chapter_ids, slug):
                 })
         for bar in (timed or {}).get("bars", []):
             bars.append({"chapter": chapter_id, **bar})
-        stamp = (timed or record)["stamp"]
-        rows and rows[-1].setdefault("_stamp", stamp)
     return rows, bars
 
 
 COLUMNS = ("chapter", "case", "kernel", "correct", "time", "rate", "ceiling", "vs naive", "vs baseline")
 
 
-def summary(console, chapter_ids, slug):
+def summary(console, chapter_ids, slug, base=None):
     from rich.table import Table
 
-    rows, bars = summary_rows(chapter_ids, slug)
+    rows, bars = summary_rows(chapter_ids, slug, base)
     source = "this run" if workbook.ON_GPU else f"stored {results.REFERENCE_DEVICE} results"
     table = Table(title=f"Summary: correctness from this run ({workbook.MODE}); times, rates and "
                         f"speed-ups from {source}")

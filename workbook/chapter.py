@@ -63,7 +63,7 @@ class Chapter:
         payload = {"chapter": self.id, "title": self.title, "stamp": results.stamp(),
                    "cases": self.cases, "bars": self.bars, "figures": self.figures}
         path = results.save_json(self.id, payload)
-        print(f"saved {path.relative_to(results.ROOT)}", file=sys.stderr)
+        print(f"saved {path}", file=sys.stderr)
         return path
 
     def show_stored(self, key):

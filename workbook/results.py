@@ -4,11 +4,14 @@
     results/<device>/<chapter>_*.png  the chapter's plots
 
 <device> is the GPU's name made into a folder name, or "simulator". GPU results are committed with
-their stamp; simulator results are not (their times mean nothing).
+their stamp; simulator results are not (their times mean nothing). WORKBOOK_RESULTS=<folder>
+sends what a run writes elsewhere (the tests do, so that they never overwrite stored results);
+stored results are always read from results/.
 """
 
 import datetime
 import json
+import os
 import platform
 import re
 from functools import lru_cache
@@ -81,7 +84,8 @@ def stamp():
 
 
 def device_dir(slug=None):
-    path = RESULTS / (slug or device_facts()["slug"])
+    """Where this run writes: results/<device>/, or $WORKBOOK_RESULTS/<device>/."""
+    path = Path(os.environ.get("WORKBOOK_RESULTS") or RESULTS) / (slug or device_facts()["slug"])
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -90,6 +90,7 @@ tests/test_warp_intrinsics.py checks all of the above against hand-computed expe
 passed on an H100 (results/nvidia-h100-80gb-hbm3/test_warp_intrinsics.log).
 """
 
+import copy
 import os
 import struct
 import sys
@@ -728,4 +729,19 @@ def install():
     for name, function in _INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, name, function)
     kernel.BlockManager = BlockScheduler
+    global _stock_getitem
+    _stock_getitem = kernel.FakeCUDAKernel.__getitem__
+    kernel.FakeCUDAKernel.__getitem__ = _configured_copy
     kernel._workbook_simulator_installed = True
+
+
+_stock_getitem = None
+
+
+def _configured_copy(self, configuration):
+    """`kernel[grid, block, stream]` as on a GPU: a new configured launcher, the kernel untouched.
+
+    The stock simulator configures the kernel object itself and returns it, so launchers kept for
+    later (`launches = [k[g, b, s] for s in streams]`) would all run with the last configuration.
+    """
+    return _stock_getitem(copy.copy(self), configuration)
