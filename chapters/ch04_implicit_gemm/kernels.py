@@ -1,0 +1,668 @@
+"""Chapter 04's kernels: convolution as a matrix product, explicit (im2col + GEMM) and implicit.
+
+A convolution of x (N, C, H, W) with filters w (K, C, R, S) into out (N, K, P, Q) is the GEMM
+
+    out[k, (n, p, q)] = sum over (c, r, s) of  w[k, (c, r, s)] * X[(c, r, s), (n, p, q)]
+        M = K rows          GEMM depth KD = C*R*S           columns NC = N*P*Q
+
+where X[(c, r, s), (n, p, q)] = x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw] (0 outside the image).
+The explicit path writes X to memory (im2col: R*S times the input) and runs a GEMM on it; the
+implicit path runs the same GEMM but computes each X element's address when it loads the tile.
+
+Every kernel here is what the chapter shows and what tests/test_ch04_implicit_gemm.py tests.
+"""
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32
+from numpy.lib.stride_tricks import sliding_window_view
+
+from workbook import ON_GPU
+from workbook.inputs import require, sm_count
+
+# ---------------------------------------------------------------------------------------------
+# Geometry: the shapes, and the checks every wrapper shares.
+
+
+def _pair(value, name, minimum):
+    pair = (value, value) if isinstance(value, (int, np.integer)) else value
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(
+            isinstance(v, (int, np.integer)) for v in pair):
+        raise TypeError(f"{name} must be an int or a pair of ints, not {value!r}")
+    if min(pair) < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, not {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    N: int
+    C: int
+    H: int
+    W: int
+    K: int
+    R: int
+    S: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+
+    @property
+    def P(self):  # output rows: how many times the dilated filter fits down the padded image
+        return (self.H + 2 * self.ph - self.dh * (self.R - 1) - 1) // self.sh + 1
+
+    @property
+    def Q(self):
+        return (self.W + 2 * self.pw - self.dw * (self.S - 1) - 1) // self.sw + 1
+
+    @property
+    def gemm_depth(self):  # KD = C*R*S
+        return self.C * self.R * self.S
+
+    @property
+    def gemm_columns(self):  # NC = N*P*Q
+        return self.N * self.P * self.Q
+
+    @property
+    def out_shape(self):
+        return (self.N, self.K, self.P, self.Q)
+
+    @property
+    def flops(self):  # one multiply and one add per (output, c, r, s)
+        return 2 * self.N * self.K * self.P * self.Q * self.C * self.R * self.S
+
+    @property
+    def workspace_bytes(self):  # the im2col matrix, float32
+        return 4 * self.gemm_depth * self.gemm_columns
+
+
+def conv_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1):
+    """Validate a convolution's shapes and parameters; a ConvGeometry or a clear error."""
+    if len(x_shape) != 4:
+        raise ValueError(f"x must be NCHW (4 dimensions), not shape {tuple(x_shape)}")
+    if len(w_shape) != 4:
+        raise ValueError(f"w must be KCRS (4 dimensions), not shape {tuple(w_shape)}")
+    N, C, H, W = (int(v) for v in x_shape)
+    K, Cw, R, S = (int(v) for v in w_shape)
+    if Cw != C:
+        raise ValueError(f"channel mismatch: x has C={C} channels, w expects {Cw}")
+    if min(N, C, H, W, K, R, S) < 1:
+        raise ValueError(f"empty shapes are not supported: x {tuple(x_shape)}, w {tuple(w_shape)}")
+    sh, sw = _pair(stride, "stride", 1)
+    ph, pw = _pair(padding, "padding", 0)
+    dh, dw = _pair(dilation, "dilation", 1)
+    g = ConvGeometry(N, C, H, W, K, R, S, sh, sw, ph, pw, dh, dw)
+    if dh * (R - 1) + 1 > H + 2 * ph or dw * (S - 1) + 1 > W + 2 * pw:
+        raise ValueError(f"filter {R}x{S} (dilation {dh}x{dw}) is larger than the padded input "
+                         f"{H + 2 * ph}x{W + 2 * pw}")
+    if N * C * H * W >= 2**31 or g.gemm_depth * g.gemm_columns >= 2**40:
+        raise ValueError("tensor too large for this chapter's int32 offset tables")
+    return g
+
+
+# ---------------------------------------------------------------------------------------------
+# References
+
+
+def conv2d_reference(x, w, stride=1, padding=0, dilation=1):
+    """NumPy: every (R, S) window of the padded input, then one einsum (float64 sums)."""
+    g = conv_geometry(x.shape, w.shape, stride, padding, dilation)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (g.ph, g.ph), (g.pw, g.pw)))
+    span = (g.dh * (g.R - 1) + 1, g.dw * (g.S - 1) + 1)  # the dilated filter's footprint
+    windows = sliding_window_view(padded, span, axis=(2, 3))  # (N, C, H', W', span_h, span_w)
+    windows = windows[:, :, ::g.sh, ::g.sw, ::g.dh, ::g.dw][:, :, :g.P, :g.Q]  # (N, C, P, Q, R, S)
+    out = np.einsum("ncpqrs,kcrs->nkpq", windows, w.astype(np.float64), optimize=True)
+    return out.astype(np.float32)
+
+
+def conv2d_loops(x, w, stride=1, padding=0, dilation=1):
+    """The definition, one loop per index: an independent check of conv2d_reference, tiny shapes only."""
+    g = conv_geometry(x.shape, w.shape, stride, padding, dilation)
+    out = np.zeros(g.out_shape, dtype=np.float64)
+    for n in range(g.N):
+        for k in range(g.K):
+            for p in range(g.P):
+                for q in range(g.Q):
+                    total = 0.0
+                    for c in range(g.C):
+                        for r in range(g.R):
+                            for s in range(g.S):
+                                h = p * g.sh - g.ph + r * g.dh
+                                v = q * g.sw - g.pw + s * g.dw
+                                if 0 <= h < g.H and 0 <= v < g.W:
+                                    total += float(x[n, c, h, v]) * float(w[k, c, r, s])
+                    out[n, k, p, q] = total
+    return out.astype(np.float32)
+
+
+def im2col_reference(x, g):
+    """The column matrix X (C*R*S, N*P*Q) that explicit GEMM multiplies by w viewed as (K, C*R*S)."""
+    padded = np.pad(x, ((0, 0), (0, 0), (g.ph, g.ph), (g.pw, g.pw)))
+    span = (g.dh * (g.R - 1) + 1, g.dw * (g.S - 1) + 1)
+    windows = sliding_window_view(padded, span, axis=(2, 3))[:, :, ::g.sh, ::g.sw, ::g.dh, ::g.dw]
+    windows = windows[:, :, :g.P, :g.Q]  # (N, C, P, Q, R, S)
+    return np.ascontiguousarray(windows.transpose(1, 4, 5, 0, 2, 3).reshape(g.gemm_depth, g.gemm_columns))
+
+
+def gemm_reference(a, b):
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+def tolerance(depth):
+    """(rtol, atol) for float32 sums of `depth` products of O(1) numbers vs a float64 reference."""
+    return 1e-4, 2e-6 * depth + 1e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# The offset table: the division-free half of the index mapping.
+#
+# The address of X[(c, r, s), (n, p, q)] splits into a column part and a row part:
+#
+#   x offset = n*C*H*W + (p*sh - ph)*W + (q*sw - pw)   +   c*H*W + r*dh*W + s*dw
+#              '---------- column base (n, p, q) ----'     '-- row offset (c, r, s) -'
+#   h        = (p*sh - ph)                             +   r*dh
+#   w        = (q*sw - pw)                             +   s*dw
+#
+# A thread owns one column for the whole GEMM, so it divides once (n, p, q from n*P*Q + p*Q + q)
+# before its loop. The rows change every step: their three numbers come from this table, built
+# once on the host, 12 bytes per row (C*R*S rows), read through the cache as warp-wide broadcasts.
+
+
+def offset_table(g):
+    """int32 (3, C*R*S): row offset into x, r*dh, s*dw for each GEMM row (c, r, s)."""
+    c, r, s = np.meshgrid(np.arange(g.C), np.arange(g.R), np.arange(g.S), indexing="ij")
+    table = np.stack([c * g.H * g.W + r * g.dh * g.W + s * g.dw, r * g.dh, s * g.dw])
+    return table.reshape(3, -1).astype(np.int32)
+
+
+@lru_cache(maxsize=64)
+def _device_table(g):
+    return cuda.to_device(offset_table(g))  # cached: a host-to-device copy per launch would be timed
+
+
+# The implicit GEMM goes one step further (CUTLASS's "optimized" iterator does the same): its bounds
+# test depends on (r, s) and on the thread's column only, so each thread computes once which of the
+# R*S filter taps land on the image for its column: a bit mask, `on_image`. Each row of the table is
+# then one int64, (row offset << 6) | (r*S + s), and the loader's test is one shift and one AND.
+# Six bits of tap index: at most 63 taps (up to 7x7 filters); tap 63 marks the padding rows that
+# round the table up to whole depth steps.
+
+MAX_TAPS = 63
+TABLE_ALIGN = 32  # rows: a multiple of every tile's BK
+
+
+def tap_table(g):
+    """int64 (C*R*S rounded up to 32): (x offset of row (c, r, s)) << 6 | (r*S + s); pad rows: tap 63."""
+    offsets = offset_table(g)[0].astype(np.int64)
+    taps = np.tile(np.arange(g.R * g.S, dtype=np.int64), g.C)  # rows are c-major: (c, r, s)
+    rows = -(-g.gemm_depth // TABLE_ALIGN) * TABLE_ALIGN
+    table = np.full(rows, MAX_TAPS, dtype=np.int64)
+    table[: g.gemm_depth] = offsets << 6 | taps
+    return table
+
+
+@lru_cache(maxsize=64)
+def _device_tap_table(g):
+    return cuda.to_device(tap_table(g))
+
+
+@cuda.jit(device=True)
+def column_origin(npq, PQ, Q, sh, sw, ph, pw, W, CHW):
+    """(n, p, q) of GEMM column npq -> the column base offset into x and the window's corner (h0, w0)."""
+    n = npq // PQ  # the only divisions of a convolution: once per thread, outside its loops
+    pq = npq - n * PQ
+    p = pq // Q
+    q = pq - p * Q
+    h0 = p * sh - ph
+    w0 = q * sw - pw
+    return n * CHW + h0 * W + w0, h0, w0
+
+
+# ---------------------------------------------------------------------------------------------
+# Naive, part 1: im2col. A 2-D grid: x over the N*P*Q columns (coalesced writes), y over rows.
+# Each thread decodes its column once and writes it for rows blockIdx.y, + gridDim.y, ...
+# Bytes: reads each input element up to R*S times (mostly from cache), WRITES 4*C*R*S*N*P*Q bytes,
+# and the GEMM reads all of them back: R*S times the input's size, twice over DRAM.
+
+IM2COL_THREADS = 256 if ON_GPU else 32  # the simulator runs a Python thread per CUDA thread
+IM2COL_ROW_BLOCKS = 64 if ON_GPU else 2
+
+
+@cuda.jit(fastmath=True)
+def im2col_kernel(x, table, H, W, CHW, PQ, Q, sh, sw, ph, pw, col):
+    npq = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if npq >= col.shape[1]:  # the last block is partly past the end
+        return
+    base, h0, w0 = column_origin(npq, PQ, Q, sh, sw, ph, pw, W, CHW)
+    for crs in range(cuda.blockIdx.y, col.shape[0], cuda.gridDim.y):
+        h = h0 + table[1, crs]
+        w = w0 + table[2, crs]
+        value = float32(0)  # padding: the window hangs over the image's edge
+        if h >= 0 and h < H and w >= 0 and w < W:
+            value = x[base + table[0, crs]]
+        col[crs, npq] = value  # 4 bytes written per element of X
+
+
+# ---------------------------------------------------------------------------------------------
+# The GEMM tiling, shared by the explicit GEMM and the implicit convolution.
+#
+#   block tile: BM rows x BN columns of the output, marching over the depth in steps of BK
+#
+#            BK                  BN                       threads: TY x TX = (BM/TM) x (BN/TN)
+#         +-----+         +-------------+                 thread (ty, tx) owns the TM x TN outputs
+#      BM | A_s |  x   BK |     B_s     |                   rows ty + TY*i, columns tx + TX*j
+#         +-----+         +-------------+                 (interleaved, so that a warp's 16 tx read
+#     A tile stored transposed (BK, BM+pad):               16 consecutive words of B_s: no bank
+#     a column of A is a row of A_s                        conflicts; its 2 ty read 2 broadcast words)
+#
+# Per step of the depth each thread reads TM + TN words of shared memory and does TM*TN FMAs:
+# 8x8 -> 16 loads for 64 FMAs. The tile comes from global memory once per block: the arithmetic
+# intensity is BM*BN*2 FLOPs per (BM+BN)*4 bytes per depth step = 32 FLOP/byte at 128x128.
+#
+# Double buffering: the global loads of step k+1 are issued into registers before step k's FMAs,
+# so their latency hides behind the arithmetic; after the FMAs the registers go to the other
+# shared buffer. One syncthreads per step suffices (see the loop).
+
+
+@dataclass(frozen=True)
+class Tile:
+    BM: int  # block tile rows (output channels K)
+    BN: int  # block tile columns (N*P*Q)
+    BK: int  # depth step (C*R*S)
+    TM: int  # outputs per thread, rows
+    TN: int  # outputs per thread, columns
+    min_blocks: int = 1  # launch bound: blocks per SM the compiler must fit (caps registers)
+
+    @property
+    def threads(self):
+        return (self.BM // self.TM) * (self.BN // self.TN)
+
+    def __str__(self):
+        return f"{self.BM}x{self.BN}x{self.BK}, {self.TM}x{self.TN}/thread"
+
+
+# On the GPU: 256 threads, 8x8 outputs each. In the simulator (a Python thread per CUDA thread),
+# 64 threads of 2x4 (and 32 of 2x2): the same code, small enough to run in seconds.
+GPU_TILES = {
+    "128x128": Tile(128, 128, 8, 8, 8, min_blocks=2),  # 2 blocks of 8 warps per SM: <= 128 registers
+    "128x128, 1 block/SM": Tile(128, 128, 8, 8, 8),  # no register cap
+    "128x128, BK=16": Tile(128, 128, 16, 8, 8),  # half the syncthreads per FMA; 1 block per SM
+    "64x128": Tile(64, 128, 8, 4, 8, min_blocks=2),  # K = 64 fills it
+    "128x64": Tile(128, 64, 8, 8, 4, min_blocks=2),
+    "64x64": Tile(64, 64, 8, 4, 4, min_blocks=3),  # 4x the blocks: for layers with few columns
+}
+SIM_TILES = {"16x32": Tile(16, 32, 4, 2, 4), "8x16": Tile(8, 16, 4, 2, 2)}
+TILES = GPU_TILES if ON_GPU else SIM_TILES
+DEFAULT_TILE = next(iter(TILES.values()))
+
+
+# numba gives every signed index a test "if i < 0: i += length" (Python's negative indexing): 5
+# instructions on 64-bit ints. Indices known to be >= 0 are cast to unsigned, which skips it.
+U64 = np.uint64
+
+
+@lru_cache(maxsize=None)
+def make_kernels(tile):
+    """Compile-time tile sizes -> (gemm_kernel, implicit_conv_kernel) with that tiling."""
+    BM, BN, BK, TM, TN = tile.BM, tile.BN, tile.BK, tile.TM, tile.TN
+    TY, TX = BM // TM, BN // TN
+    THREADS = TY * TX
+    if THREADS % BK or THREADS % BN or (BM * BK) % THREADS or (BK * BN) % THREADS:
+        raise ValueError(f"tile {tile}: every thread must load whole rows of the A and B tiles")
+    A_LOADS, A_STEP = BM * BK // THREADS, THREADS // BK  # A tile elements per thread, row stride
+    B_LOADS, B_STEP = BK * BN // THREADS, THREADS // BN
+    # A_s row padding: a warp stores 32/BK consecutive rows of A into BK rows of A_s; a row pitch of
+    # BM + 32/BK words puts those 32 stores into 32 different banks.
+    A_PITCH = BM + max(1, 32 // BK)
+    options = {"fastmath": True}
+    if ON_GPU:  # the simulator's jit knows no launch bounds
+        options["launch_bounds"] = (THREADS, tile.min_blocks)
+
+    @cuda.jit(**options)
+    def gemm_kernel(a, b, PQ, c):
+        """c[n, m, pq] = (a @ b)[m, n*PQ + pq]; a (M, KD), b (KD, NC), c (NC/PQ, M, PQ)."""
+        M, KD = a.shape
+        NC = b.shape[1]
+        t = cuda.threadIdx.x
+        tx, ty = t % TX, t // TX
+        row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+        a_s = cuda.shared.array((2, BK, A_PITCH), float32)  # A tile, transposed: a_s[k, m]
+        b_s = cuda.shared.array((2, BK, BN), float32)
+        acc = cuda.local.array((TM, TN), float32)  # registers: indexed by unrolled constants only
+        ra = cuda.local.array(TM, float32)
+        rb = cuda.local.array(TN, float32)
+        next_a = cuda.local.array(A_LOADS, float32)  # the next tile, in flight
+        next_b = cuda.local.array(B_LOADS, float32)
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = float32(0)
+        ak, am = t % BK, t // BK  # this thread loads A[row0 + am + A_STEP*l, k0 + ak]
+        bk, bn = t // BN, t % BN  # and B[k0 + bk + B_STEP*l, col0 + bn]: a warp reads 128 bytes
+        # Split-K: blockIdx.z takes one slice of the depth steps (gridDim.z == 1: all of them).
+        per_slice = ((KD + BK - 1) // BK + cuda.gridDim.z - 1) // cuda.gridDim.z
+        first = cuda.blockIdx.z * per_slice
+        last = min((KD + BK - 1) // BK, first + per_slice)
+
+        k0 = first * BK  # load the first step (zeros past the matrix edges: no special case)
+        for l in range(A_LOADS):
+            m = row0 + am + A_STEP * l
+            next_a[l] = a[U64(m), U64(k0 + ak)] if m < M and k0 + ak < KD else float32(0)
+        for l in range(B_LOADS):
+            k = k0 + bk + B_STEP * l
+            next_b[l] = b[U64(k), U64(col0 + bn)] if k < KD and col0 + bn < NC else float32(0)
+
+        for step in range(first, last):
+            buf = (step - first) & 1
+            # Store step's tile into buffer `buf`. Every thread passed the syncthreads below after
+            # it finished reading this buffer two steps ago, so nobody is still reading it.
+            for l in range(A_LOADS):
+                a_s[buf, ak, am + A_STEP * l] = next_a[l]
+            for l in range(B_LOADS):
+                b_s[buf, bk + B_STEP * l, bn] = next_b[l]
+            cuda.syncthreads()
+            if step + 1 < last:  # issue the next step's global loads now; use them after the FMAs
+                k0 = (step + 1) * BK
+                for l in range(A_LOADS):
+                    m = row0 + am + A_STEP * l
+                    next_a[l] = a[U64(m), U64(k0 + ak)] if m < M and k0 + ak < KD else float32(0)
+                for l in range(B_LOADS):
+                    k = k0 + bk + B_STEP * l
+                    next_b[l] = b[U64(k), U64(col0 + bn)] if k < KD and col0 + bn < NC else float32(0)
+            for kk in range(BK):
+                # Views starting at this thread's first word: the loads below have constant offsets
+                # from one address per kk, not one 64-bit sum per load.
+                a_k = a_s[buf, kk, ty:]
+                b_k = b_s[buf, kk, tx:]
+                for i in range(TM):
+                    ra[i] = a_k[TY * i]  # a warp reads 2 broadcast words
+                for j in range(TN):
+                    rb[j] = b_k[TX * j]  # a warp reads 16 consecutive words: no bank conflict
+                for i in range(TM):
+                    for j in range(TN):
+                        acc[i, j] += ra[i] * rb[j]
+
+        for j in range(TN):  # epilogue: column -> (image n, position pq) of the NKPQ output
+            col = col0 + tx + TX * j
+            if col < NC:
+                n = col // PQ
+                pq = col - n * PQ
+                for i in range(TM):
+                    m = row0 + ty + TY * i
+                    if m < M:
+                        if cuda.gridDim.z == 1:
+                            c[n, m, pq] = acc[i, j]
+                        else:  # slices of the depth add up in c, which the host zeroed
+                            cuda.atomic.add(c, (n, m, pq), acc[i, j])
+
+    @cuda.jit(**options)
+    def implicit_conv_kernel(x, a, taps_table, H, W, PQ, Q, R, S, sh, sw, ph, pw, dh, dw, c):
+        """gemm_kernel with b = im2col(x) never built: each B element is loaded from x directly.
+
+        x: the input, flat; a: filters (K, C*R*S); taps_table: tap_table(); c: out (N, K, P*Q).
+        """
+        M, KD = a.shape
+        NC = c.shape[0] * PQ
+        CHW = x.size // c.shape[0]
+        t = cuda.threadIdx.x
+        tx, ty = t % TX, t // TX
+        row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+        a_s = cuda.shared.array((2, BK, A_PITCH), float32)
+        b_s = cuda.shared.array((2, BK, BN), float32)
+        acc = cuda.local.array((TM, TN), float32)
+        ra = cuda.local.array(TM, float32)
+        rb = cuda.local.array(TN, float32)
+        next_a = cuda.local.array(A_LOADS, float32)
+        next_b = cuda.local.array(B_LOADS, float32)
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = float32(0)
+        ak, am = t % BK, t // BK
+        bk, bn = t // BN, t % BN
+        # Split-K: blockIdx.z takes one slice of the depth steps (gridDim.z == 1: all of them).
+        per_slice = ((KD + BK - 1) // BK + cuda.gridDim.z - 1) // cuda.gridDim.z
+        first = cuda.blockIdx.z * per_slice
+        last = min((KD + BK - 1) // BK, first + per_slice)
+
+        # This thread's B column (n, p, q) never changes: decode it once, and note which of the
+        # R*S filter taps fall on the image for it (bit r*S + s). Out-of-range columns: no tap.
+        base, h0, w0 = column_origin(col0 + bn, PQ, Q, sh, sw, ph, pw, W, CHW)
+        on_image = 0
+        if col0 + bn < NC:
+            for r in range(R):
+                for s in range(S):
+                    h, w = h0 + r * dh, w0 + s * dw
+                    if h >= 0 and h < H and w >= 0 and w < W:
+                        on_image |= 1 << (r * S + s)
+
+        k0 = first * BK
+        for l in range(A_LOADS):
+            m = row0 + am + A_STEP * l
+            next_a[l] = a[U64(m), U64(k0 + ak)] if m < M and k0 + ak < KD else float32(0)
+        for l in range(B_LOADS):
+            # One 8-byte table entry per row, the same for the whole warp (a broadcast):
+            # (x offset of row (c, r, s)) << 6 | tap r*S + s. Padding rows carry tap 63, never on.
+            entry = taps_table[U64(k0 + bk + B_STEP * l)]
+            value = float32(0)
+            if (on_image >> (entry & 63)) & 1:  # predicate: padding reads as zero
+                value = x[U64(base + (entry >> 6))]
+            next_b[l] = value
+
+        for step in range(first, last):
+            buf = (step - first) & 1
+            for l in range(A_LOADS):
+                a_s[buf, ak, am + A_STEP * l] = next_a[l]
+            for l in range(B_LOADS):
+                b_s[buf, bk + B_STEP * l, bn] = next_b[l]
+            cuda.syncthreads()
+            if step + 1 < last:
+                k0 = (step + 1) * BK
+                for l in range(A_LOADS):
+                    m = row0 + am + A_STEP * l
+                    next_a[l] = a[U64(m), U64(k0 + ak)] if m < M and k0 + ak < KD else float32(0)
+                for l in range(B_LOADS):
+                    entry = taps_table[U64(k0 + bk + B_STEP * l)]
+                    value = float32(0)
+                    if (on_image >> (entry & 63)) & 1:
+                        value = x[U64(base + (entry >> 6))]
+                    next_b[l] = value
+            for kk in range(BK):
+                a_k = a_s[buf, kk, ty:]
+                b_k = b_s[buf, kk, tx:]
+                for i in range(TM):
+                    ra[i] = a_k[TY * i]
+                for j in range(TN):
+                    rb[j] = b_k[TX * j]
+                for i in range(TM):
+                    for j in range(TN):
+                        acc[i, j] += ra[i] * rb[j]
+
+        for j in range(TN):
+            col = col0 + tx + TX * j
+            if col < NC:
+                n = col // PQ
+                pq = col - n * PQ
+                for i in range(TM):
+                    m = row0 + ty + TY * i
+                    if m < M:
+                        if cuda.gridDim.z == 1:
+                            c[n, m, pq] = acc[i, j]
+                        else:  # slices of the depth add up in c, which the host zeroed
+                            cuda.atomic.add(c, (n, m, pq), acc[i, j])
+
+    return gemm_kernel, implicit_conv_kernel
+
+
+# ---------------------------------------------------------------------------------------------
+# Host wrappers: check the arguments, size the grid, launch.
+
+
+# Split-K. A GEMM with few output tiles leaves SMs idle: the 14x14 layer with C = K = 256 has
+# 49 x 2 tiles of 128x128 for 132 SMs that hold 2 blocks each (98 of 264 places). Cutting the depth
+# into S slices gives S times the blocks; each adds its partial sums into the output with atomics
+# (so the output must start at zero: one more, tiny, launch). S is picked so that the blocks fill
+# whole waves of the machine, and only if that gains more than MIN_GAIN of it.
+
+MAX_SPLITS = 8
+MIN_STEPS_PER_SLICE = 16  # depth steps: below that a slice is all prologue and epilogue
+MIN_GAIN = 0.1
+
+
+def split_count(tile, rows, columns, depth):
+    """How many depth slices make `rows x columns` tiles fill whole waves of this GPU."""
+    blocks = math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM)
+    places = sm_count() * tile.min_blocks  # blocks resident at once, by the launch bound
+
+    def filled(splits):  # the fraction of the waves' places that hold a block
+        return blocks * splits / (math.ceil(blocks * splits / places) * places)
+
+    best, steps = 1, math.ceil(depth / tile.BK)
+    for splits in range(2, MAX_SPLITS + 1):
+        if steps < splits * MIN_STEPS_PER_SLICE:
+            break
+        if filled(splits) > filled(best) + MIN_GAIN:
+            best = splits
+    return best
+
+
+@cuda.jit
+def zero_kernel(values):
+    for i in range(cuda.grid(1), values.size, cuda.gridsize(1)):
+        values[i] = float32(0)
+
+
+def _launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args):
+    """Launch `kernel(*args, c3)` over the output tiles and `splits` depth slices (None: pick)."""
+    if splits is None:
+        splits = split_count(tile, rows, columns, depth)
+    elif not isinstance(splits, (int, np.integer)) or not 1 <= splits <= MAX_SPLITS:
+        raise ValueError(f"splits must be an int from 1 to {MAX_SPLITS}, not {splits!r}")
+    if splits > 1:
+        flat = c3.reshape(-1)
+        zero_kernel[min(sm_count() * 8, math.ceil(flat.size / 256)), 256](flat)
+    blocks = (math.ceil(columns / tile.BN), math.ceil(rows / tile.BM), int(splits))
+    threads_per_block = tile.threads
+    kernel[blocks, threads_per_block](*args, c3)
+    return splits
+
+
+def _tile(tile):
+    if tile is None:
+        return DEFAULT_TILE
+    if isinstance(tile, str):
+        if tile not in TILES:
+            raise ValueError(f"unknown tile {tile!r}; have {list(TILES)}")
+        return TILES[tile]
+    if not isinstance(tile, Tile):
+        raise TypeError(f"tile must be a Tile or one of {list(TILES)}, not {type(tile).__name__}")
+    return tile
+
+
+def gemm(a, b, c, *, tile=None, splits=None):
+    """c = a @ b, float32, with the chapter's tiled GEMM; a (M, KD), b (KD, NC), c (M, NC).
+
+    tile: a name in TILES or a Tile (None: the first); splits: depth slices (None: split_count).
+    """
+    a = require(a, "a", dtype=np.float32, ndim=2)
+    b = require(b, "b", dtype=np.float32, ndim=2)
+    if b.shape[0] != a.shape[1]:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    c = require(c, "c", dtype=np.float32, shape=(a.shape[0], b.shape[1]))
+    tile = _tile(tile)
+    gemm_kernel, _ = make_kernels(tile)
+    _launch_gemm(gemm_kernel, tile, a.shape[0], b.shape[1], a.shape[1], splits, c.reshape(1, *c.shape),
+                 a, b, b.shape[1])
+    return c
+
+
+def _conv_args(x, w, out, stride, padding, dilation):
+    x = require(x, "x", dtype=np.float32, ndim=4)
+    w = require(w, "w", dtype=np.float32, ndim=4)
+    g = conv_geometry(x.shape, w.shape, stride, padding, dilation)
+    out = require(out, "out", dtype=np.float32, shape=g.out_shape)
+    return x, w, out, g
+
+
+def im2col(x, g, col):
+    """Write the column matrix of x for geometry g into col (C*R*S, N*P*Q)."""
+    x = require(x, "x", dtype=np.float32, shape=(g.N, g.C, g.H, g.W))
+    col = require(col, "col", dtype=np.float32, shape=(g.gemm_depth, g.gemm_columns))
+    blocks = (math.ceil(g.gemm_columns / IM2COL_THREADS), min(g.gemm_depth, IM2COL_ROW_BLOCKS))
+    im2col_kernel[blocks, IM2COL_THREADS](x.reshape(-1), _device_table(g), g.H, g.W, g.C * g.H * g.W,
+                                          g.P * g.Q, g.Q, g.sh, g.sw, g.ph, g.pw, col)
+    return col
+
+
+def conv2d_explicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=None, tile=None,
+                    splits=None):
+    """The naive way: im2col into `workspace` (allocated if None), then the tiled GEMM."""
+    x, w, out, g = _conv_args(x, w, out, stride, padding, dilation)
+    if workspace is None:
+        workspace = cuda.device_array((g.gemm_depth, g.gemm_columns), dtype=np.float32)
+    col = im2col(x, g, workspace)
+    tile = _tile(tile)
+    gemm_kernel, _ = make_kernels(tile)
+    _launch_gemm(gemm_kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
+                 out.reshape(g.N, g.K, g.P * g.Q), w.reshape(g.K, g.gemm_depth), col, g.P * g.Q)
+    return out
+
+
+def conv2d_implicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=None, tile=None,
+                    splits=None):
+    """Implicit GEMM: the same tiling, B tiles gathered from x through the tap table.
+
+    `workspace` is accepted (and ignored) so that both paths share one calling convention.
+    """
+    x, w, out, g = _conv_args(x, w, out, stride, padding, dilation)
+    if g.R * g.S > MAX_TAPS:
+        raise ValueError(f"implicit GEMM supports filters of at most {MAX_TAPS} taps (R*S), "
+                         f"not {g.R}x{g.S}; use conv2d_explicit")
+    tile = _tile(tile)
+    _, implicit_conv_kernel = make_kernels(tile)
+    _launch_gemm(implicit_conv_kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
+                 out.reshape(g.N, g.K, g.P * g.Q), x.reshape(-1), w.reshape(g.K, g.gemm_depth),
+                 _device_tap_table(g), g.H, g.W, g.P * g.Q, g.Q, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Picking a tile, and what a tile costs the SM.
+
+
+def fastest_tile(run, repeats=7):
+    """(name, {name: median ms}): the tile in TILES for which run(name) is fastest here.
+
+    A library does the same per shape (cuBLAS heuristics, cuDNN's benchmark mode): the best tile
+    depends on the shape, e.g. a 128-row tile wastes half its work when K = 64. In the simulator,
+    where times mean nothing: the first tile, and no times.
+    """
+    if not ON_GPU:
+        return next(iter(TILES)), {}
+    from workbook import bench
+
+    candidates = {name: (lambda name=name: run(name)) for name in TILES}
+    for function in candidates.values():
+        function()  # compile and warm up
+    times = bench.time_interleaved(candidates, repeats=repeats)
+    medians = {name: float(np.median(ms)) for name, ms in times.items()}
+    return min(medians, key=medians.get), medians
+
+
+def resources(tile):
+    """Registers per thread, local (spilled) bytes per thread, shared bytes per block, on a GPU."""
+    if not ON_GPU:
+        return None
+    usage = {}
+    for kernel in make_kernels(_tile(tile)):
+        if not kernel.overloads:  # not compiled yet: nothing launched it
+            continue
+        compiled = next(iter(kernel.overloads.values()))  # one per argument types; all alike here
+        usage[kernel.py_func.__name__] = {"registers": compiled.regs_per_thread,
+                                          "local bytes": compiled.local_mem_per_thread,
+                                          "shared bytes": compiled.shared_mem_per_block}
+    return usage

@@ -1,0 +1,224 @@
+import workbook  # noqa: I001  (first: chooses GPU or simulator)
+
+import numpy as np
+import pytest
+
+from chapters.ch04_implicit_gemm import kernels as k
+from workbook import assert_close, cuda
+
+# (name, x NCHW, w KCRS, stride, padding, dilation): odd sizes, C and K not multiples of the tile,
+# 1x1, 3x3, 5x5, 7x7 stride 2, padding > 0 and larger than the filter's reach, dilation 2, batch 1.
+CONV_CASES = [
+    ("1 pixel", (1, 1, 1, 1), (1, 1, 1, 1), 1, 0, 1),
+    ("1x1", (2, 5, 6, 7), (3, 5, 1, 1), 1, 0, 1),
+    ("3x3 pad 1", (1, 3, 7, 6), (5, 3, 3, 3), 1, 1, 1),
+    ("5x5 pad 2, K=17", (1, 7, 9, 11), (17, 7, 5, 5), 1, 2, 1),
+    ("7x7 stride 2 pad 3", (1, 3, 15, 13), (9, 3, 7, 7), 2, 3, 1),
+    ("3x3 dilation 2", (2, 3, 9, 10), (4, 3, 3, 3), 1, 2, 2),
+    ("mixed stride/pad/dilation", (2, 4, 9, 8), (6, 4, 3, 2), (2, 1), (1, 2), (2, 1)),
+    ("pad 3 > filter reach", (1, 2, 3, 3), (3, 2, 3, 3), 1, 3, 1),
+    ("C=K=33", (1, 33, 4, 5), (33, 33, 3, 3), 1, 1, 1),
+    ("filter = padded input", (1, 2, 3, 4), (3, 2, 5, 6), 1, 1, 1),
+    ("large odd", workbook.size(gpu=(5, 67, 57, 55), sim=(2, 2, 31, 33)),
+     workbook.size(gpu=(131, 67, 3, 3), sim=(5, 2, 3, 3)), 1, 1, 1),
+]
+CONVS = [k.conv2d_explicit, k.conv2d_implicit]
+# (M, KD, NC): 1, 31, 32, 33, 1000, not multiples of any tile, and a large odd one.
+GEMM_CASES = [(1, 1, 1), (31, 32, 33), (33, 31, 32), (3, 5, 1000), (17, 1000, 5), (32, 33, 31),
+              workbook.size(gpu=(1031, 1000, 2049), sim=(5, 7, 2047))]
+
+
+def data(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def run_conv(conv, x, w, stride, padding, dilation, tile=None, splits=None):
+    g = k.conv_geometry(x.shape, w.shape, stride, padding, dilation)
+    out = cuda.to_device(np.full(g.out_shape, 7.0, dtype=np.float32))  # not zeros: every output written
+    return conv(cuda.to_device(x), cuda.to_device(w), out, stride=stride, padding=padding,
+                dilation=dilation, tile=tile, splits=splits), g
+
+
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if np.prod(c[1]) * np.prod(c[2]) < 20000],
+                         ids=lambda c: c[0])
+def test_references_agree(case):
+    _, xs, ws, stride, padding, dilation = case
+    x, w = data(xs, 1), data(ws, 2)
+    np.testing.assert_allclose(k.conv2d_reference(x, w, stride, padding, dilation),
+                               k.conv2d_loops(x, w, stride, padding, dilation), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: c[0])
+@pytest.mark.parametrize("conv", CONVS, ids=lambda f: f.__name__)
+def test_conv(conv, case):
+    _, xs, ws, stride, padding, dilation = case
+    x, w = data(xs, 1), data(ws, 2)
+    out, g = run_conv(conv, x, w, stride, padding, dilation)
+    rtol, atol = k.tolerance(g.gemm_depth)
+    assert_close(out, k.conv2d_reference(x, w, stride, padding, dilation), rtol=rtol, atol=atol,
+                 name=conv.__name__)
+
+
+@pytest.mark.parametrize("tile", list(k.TILES)[1:])
+@pytest.mark.parametrize("conv", CONVS, ids=lambda f: f.__name__)
+def test_conv_every_tile(conv, tile):
+    # The first tile is tested above; the others on one awkward case each.
+    _, xs, ws, stride, padding, dilation = CONV_CASES[3]
+    x, w = data(xs, 1), data(ws, 2)
+    out, g = run_conv(conv, x, w, stride, padding, dilation, tile=tile)
+    rtol, atol = k.tolerance(g.gemm_depth)
+    assert_close(out, k.conv2d_reference(x, w, stride, padding, dilation), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("case, splits", [(CONV_CASES[3], 2), (CONV_CASES[8], 8)], ids=["K=17 x2", "C=K=33 x8"])
+@pytest.mark.parametrize("conv", CONVS, ids=lambda f: f.__name__)
+def test_conv_split_k(conv, case, splits):
+    # Depth slices add into the output with atomics: more slices than steps leaves some empty.
+    _, xs, ws, stride, padding, dilation = case
+    x, w = data(xs, 1), data(ws, 2)
+    out, g = run_conv(conv, x, w, stride, padding, dilation, splits=splits)
+    rtol, atol = k.tolerance(g.gemm_depth)
+    assert_close(out, k.conv2d_reference(x, w, stride, padding, dilation), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("shape", [(31, 130, 33), (1, 1, 1)], ids=str)
+def test_gemm_split_k(shape, splits):
+    m, depth, n = shape
+    a, b = data((m, depth), 3), data((depth, n), 4)
+    c = cuda.to_device(np.full((m, n), 7.0, dtype=np.float32))
+    rtol, atol = k.tolerance(depth)
+    assert_close(k.gemm(cuda.to_device(a), cuda.to_device(b), c, splits=splits), k.gemm_reference(a, b),
+                 rtol=rtol, atol=atol)
+
+
+def test_split_count_fills_waves():
+    tile = k.Tile(128, 128, 8, 8, 8, min_blocks=2)
+    places = k.sm_count() * 2
+    # A GEMM with exactly one wave of tiles is not split; one with a third of a wave is.
+    assert k.split_count(tile, 128, 128 * places, 4096) == 1
+    assert k.split_count(tile, 128, 128 * max(1, places // 3), 4096) > 1
+    assert k.split_count(tile, 128, 128, 8) == 1  # too shallow to split
+
+
+@pytest.mark.parametrize("case", CONV_CASES[:9], ids=lambda c: c[0])
+def test_im2col(case):
+    _, xs, ws, stride, padding, dilation = case
+    x = data(xs, 1)
+    g = k.conv_geometry(xs, ws, stride, padding, dilation)
+    col = cuda.to_device(np.full((g.gemm_depth, g.gemm_columns), 7.0, dtype=np.float32))
+    assert_close(k.im2col(cuda.to_device(x), g, col), k.im2col_reference(x, g), exact=True)
+
+
+@pytest.mark.parametrize("special", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("conv", CONVS, ids=lambda f: f.__name__)
+def test_conv_nan_inf(conv, special):
+    # One bad input pixel poisons exactly the outputs whose window covers it (padding zeros do not).
+    _, xs, ws, stride, padding, dilation = CONV_CASES[2]
+    x, w = data(xs, 1), np.abs(data(ws, 2))  # positive weights: Inf stays Inf, never Inf - Inf
+    x[0, 1, 3, 2] = special
+    out, g = run_conv(conv, x, w, stride, padding, dilation)
+    expected = k.conv2d_reference(x, w, stride, padding, dilation)
+    assert not np.isfinite(expected).all()
+    rtol, atol = k.tolerance(g.gemm_depth)
+    assert_close(out, expected, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("shape", GEMM_CASES, ids=str)
+def test_gemm(shape):
+    m, depth, n = shape
+    a, b = data((m, depth), 3), data((depth, n), 4)
+    c = cuda.to_device(np.full((m, n), 7.0, dtype=np.float32))
+    rtol, atol = k.tolerance(depth)
+    assert_close(k.gemm(cuda.to_device(a), cuda.to_device(b), c), k.gemm_reference(a, b),
+                 rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("tile", list(k.TILES)[1:])
+def test_gemm_every_tile(tile):
+    a, b = data((33, 21), 3), data((21, 79), 4)
+    c = k.gemm(cuda.to_device(a), cuda.to_device(b), cuda.device_array((33, 79), np.float32), tile=tile)
+    assert_close(c, k.gemm_reference(a, b), rtol=1e-4, atol=1e-4)
+
+
+def test_offset_table_has_no_division_left():
+    # The table plus the column base must give every im2col address: checked against the reference.
+    g = k.conv_geometry((2, 3, 5, 6), (4, 3, 3, 2), 2, 1, (1, 2))
+    table = k.offset_table(g)
+    assert table.shape == (3, g.gemm_depth) and table.dtype == np.int32
+    c, r, s = 2, 1, 1
+    crs = (c * g.R + r) * g.S + s
+    assert tuple(table[:, crs]) == (c * g.H * g.W + r * g.dh * g.W + s * g.dw, r * g.dh, s * g.dw)
+
+
+def test_tap_table():
+    g = k.conv_geometry((1, 3, 6, 7), (2, 3, 3, 2), 1, 1, (2, 1))
+    table = k.tap_table(g)
+    assert table.dtype == np.int64 and table.size % k.TABLE_ALIGN == 0 and table.size >= g.gemm_depth
+    np.testing.assert_array_equal(table[: g.gemm_depth] >> 6, k.offset_table(g)[0])
+    np.testing.assert_array_equal(table[: g.gemm_depth] & 63, np.tile(np.arange(g.R * g.S), g.C))
+    assert (table[g.gemm_depth:] & 63 == k.MAX_TAPS).all()  # padding rows: a tap that is never on
+
+
+def test_implicit_refuses_more_than_63_taps_explicit_does_not():
+    x, w = data((1, 2, 9, 9), 1), data((3, 2, 8, 8), 2)
+    with pytest.raises(ValueError, match="at most 63 taps"):
+        run_conv(k.conv2d_implicit, x, w, 1, 0, 1)
+    out, g = run_conv(k.conv2d_explicit, x, w, 1, 0, 1)
+    rtol, atol = k.tolerance(g.gemm_depth)
+    assert_close(out, k.conv2d_reference(x, w), rtol=rtol, atol=atol)
+
+
+def test_geometry_counts():
+    g = k.conv_geometry((32, 256, 56, 56), (256, 256, 3, 3), 1, 1, 1)
+    assert (g.P, g.Q) == (56, 56)
+    assert g.flops == 2 * 32 * 256 * 56 * 56 * 256 * 9
+    assert g.workspace_bytes == 4 * 256 * 9 * 32 * 56 * 56  # 925 MB: 9x the input
+    assert k.conv_geometry((1, 1, 15, 13), (1, 1, 7, 7), 2, 3, 1).out_shape == (1, 1, 8, 7)
+
+
+def _conv_call(conv, x=None, w=None, out=None, **params):
+    x = cuda.to_device(data((1, 3, 6, 6), 1)) if x is None else x
+    w = cuda.to_device(data((4, 3, 3, 3), 2)) if w is None else w
+    out = cuda.device_array((1, 4, 4, 4), np.float32) if out is None else out
+    return conv(x, w, out, **params)
+
+
+@pytest.mark.parametrize("conv", CONVS, ids=lambda f: f.__name__)
+def test_bad_input_is_a_clear_error(conv):
+    with pytest.raises(TypeError, match="dtype float64"):
+        _conv_call(conv, x=cuda.to_device(data((1, 3, 6, 6), 1).astype(np.float64)))
+    with pytest.raises(TypeError, match="host"):
+        _conv_call(conv, w=data((4, 3, 3, 3), 2))
+    with pytest.raises(ValueError, match="channel mismatch"):
+        _conv_call(conv, w=cuda.to_device(data((4, 2, 3, 3), 2)))
+    with pytest.raises(ValueError, match="larger than the padded input"):
+        _conv_call(conv, w=cuda.to_device(data((4, 3, 7, 3), 2)))
+    with pytest.raises(ValueError, match="shape"):
+        _conv_call(conv, out=cuda.device_array((1, 4, 5, 4), np.float32))
+    with pytest.raises(ValueError, match="3 dimensions, expected 4"):
+        _conv_call(conv, x=cuda.to_device(data((3, 6, 6), 1)))
+    with pytest.raises(ValueError, match="stride must be >= 1"):
+        _conv_call(conv, stride=0)
+    with pytest.raises(ValueError, match="padding must be >= 0"):
+        _conv_call(conv, padding=(1, -1))
+    with pytest.raises(TypeError, match="dilation must be an int"):
+        _conv_call(conv, dilation=1.5)
+    with pytest.raises(ValueError, match="unknown tile"):
+        _conv_call(conv, tile="huge")
+    with pytest.raises(ValueError, match="splits must be an int from 1"):
+        _conv_call(conv, splits=0)
+
+
+def test_gemm_bad_input_is_a_clear_error():
+    a, b = cuda.to_device(data((4, 5), 1)), cuda.to_device(data((5, 6), 2))
+    with pytest.raises(ValueError, match="inner dimensions"):
+        k.gemm(a, cuda.to_device(data((4, 6), 2)), cuda.device_array((4, 6), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        k.gemm(a, b, cuda.device_array((6, 4), np.float32))
+    with pytest.raises(TypeError, match="host"):
+        k.gemm(data((4, 5), 1), b, cuda.device_array((4, 6), np.float32))
+    with pytest.raises(TypeError, match="dtype"):
+        k.gemm(a, b, cuda.device_array((4, 6), np.float64))
+    with pytest.raises(ValueError, match="whole rows"):
+        k.make_kernels(k.Tile(16, 16, 4, 3, 2))
