@@ -76,6 +76,14 @@ class Comparison:
                 return timing
         raise KeyError(f"no variant {name!r}; have {[t.name for t in self.timings]}")
 
+    def gbps(self, name):
+        """GB/s of variant `name`, or None if it did not run (a torch baseline without torch)."""
+        return next((t.gbps for t in self.timings if t.name == name), None)
+
+    def tflops(self, name):
+        """TFLOP/s of variant `name`, or None if it did not run."""
+        return next((t.tflops for t in self.timings if t.name == name), None)
+
     def ratio(self, slower, faster):
         """Speed-up of `faster` over `slower`: (median, 25th, 75th percentile) of per-repeat ratios.
 

@@ -196,7 +196,7 @@ for size in sweep_sizes:
         show=False,
     )
     for name in series:
-        series[name].append(result[name].gbps if name in [t.name for t in result.timings] else None)
+        series[name].append(result.gbps(name))
     sweep_results[size] = result
 
 if workbook.ON_GPU:

@@ -397,7 +397,7 @@ for size in sweep_sizes:
         show=False,
     )
     for name in series:
-        series[name].append(result[name].gbps if name in [t.name for t in result.timings] else None)
+        series[name].append(result.gbps(name))
 
 if workbook.ON_GPU:
     figure = plots.sweep(sweep_sizes, series, ceiling=workbook.bench.copy_ceiling()["gbps"],

@@ -358,7 +358,7 @@ for size in sweep_sizes:
         show=False,
     )
     for name in series:
-        series[name].append(result[name].gbps if name in [t.name for t in result.timings] else None)
+        series[name].append(result.gbps(name))
 
 if workbook.ON_GPU:
     ceiling = workbook.bench.copy_ceiling()["gbps"]

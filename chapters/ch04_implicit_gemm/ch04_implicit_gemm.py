@@ -374,7 +374,7 @@ for n in sweep_sizes:
         flops=2 * n**3, size=f"{n}^3", repeats=20, show=False,
     )
     for name in series:
-        series[name].append(result[name].tflops if name in [t.name for t in result.timings] else None)
+        series[name].append(result.tflops(name))
 
 if workbook.ON_GPU:
     figure = plots.sweep(sweep_sizes, series, xlabel="n (an n x n x n GEMM)", ylabel="TFLOP/s (FP32)",
