@@ -30,6 +30,7 @@
 # figures from an NVIDIA H100.
 
 # %%
+# Reload an edited kernels.py before each cell runs:
 # %load_ext autoreload
 # %autoreload 2
 import numpy as np

@@ -35,6 +35,9 @@
 # is checked; times there mean nothing, so each comparison is followed by the stored H100 figures.
 
 # %%
+# Reload an edited kernels.py before each cell runs:
+# %load_ext autoreload
+# %autoreload 2
 import numpy as np
 
 import workbook

@@ -34,6 +34,9 @@
 # small lists; times mean nothing there, so each comparison is followed by the stored H100 figures.
 
 # %%
+# Reload an edited kernels.py before each cell runs:
+# %load_ext autoreload
+# %autoreload 2
 import warnings
 
 import numpy as np

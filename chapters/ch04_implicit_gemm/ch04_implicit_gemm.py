@@ -30,6 +30,9 @@
 # figures from an NVIDIA H100.
 
 # %%
+# Reload an edited kernels.py before each cell runs:
+# %load_ext autoreload
+# %autoreload 2
 import matplotlib.pyplot as plt
 import numpy as np
 

@@ -41,6 +41,9 @@
 # figures to read are the stored H100 results shown after each comparison.
 
 # %%
+# Reload an edited kernels.py before each cell runs:
+# %load_ext autoreload
+# %autoreload 2
 import numpy as np
 
 import workbook

@@ -31,6 +31,9 @@
 # mean nothing, so each comparison is followed by the stored figures from an NVIDIA H100.
 
 # %%
+# Reload an edited kernels.py before each cell runs:
+# %load_ext autoreload
+# %autoreload 2
 import numpy as np
 
 import workbook
