@@ -149,3 +149,25 @@ def test_compare_checks_every_variant_and_reports(x):
     assert result.meaningful == workbook.ON_GPU
     with pytest.raises(CheckError, match="bad"):
         workbook.bench.compare({"good": good, "bad": bad}, reference=2 * x)
+
+
+# Property tests: the mask helpers against NumPy for any length and any bits.
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from workbook import unpack_bitmask  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=200), st.data())
+def test_any_wrong_bit_is_found_and_named(bits, data):
+    bits = np.array(bits)
+    words = pack_bitmask(bits)
+    assert np.array_equal(unpack_bitmask(words, bits.size), bits)
+    assert np.array_equal(words.view(np.uint8)[: -(-bits.size // 8)],
+                          np.packbits(bits, bitorder="little"))
+    flipped = int(data.draw(st.integers(0, bits.size - 1)))
+    words[flipped // 32] ^= np.uint32(1 << (flipped % 32))
+    word, bit = divmod(flipped, 32)
+    with pytest.raises(CheckError, match=rf"first wrong bit is element {flipped} \(word {word}, bit {bit}\)"):
+        assert_bitmask(words, bits)
