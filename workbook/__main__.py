@@ -4,11 +4,15 @@
     python -m workbook run [ch00 ch01 ...]  run chapters headless, every check asserted; summary table
     python -m workbook table [--markdown]   the summary of stored GPU results (--readme: into README.md)
     python -m workbook notebooks [--check]  write each chapter's .ipynb from its .py (or check they agree)
+    python -m workbook exercises [chNN ...] the progress table of your exercises (--solutions: of solutions.py)
+    python -m workbook handout DIR          a copy of the workbook for students: no solutions.py
 """
 
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -250,6 +254,75 @@ def _cells(ipynb_text):
     return [(c["cell_type"], "".join(c["source"])) for c in json.loads(ipynb_text)["cells"]]
 
 
+def exercises(args):
+    from workbook import exercises as ex
+
+    if args.stamp:
+        for chapter_id in ex.chapters():
+            exercises_path, solutions_path = (ex.module_path(chapter_id, w) for w in ("exercises", "solutions"))
+            stamped = ex.stamp(exercises_path.read_text())
+            exercises_path.write_text(stamped)
+            if solutions_path.exists():
+                stubs = iter(r.stub for r in ex.regions(stamped))
+                solutions_path.write_text(re.sub(r"(# >>> ch\d\d\.\d+) \(stub [0-9a-f]{8}\)",
+                                                 lambda m: f"{m[1]} (stub {next(stubs)})",
+                                                 solutions_path.read_text()))
+            print(f"stamped {exercises_path.relative_to(results.ROOT)}")
+        return 0
+    which = "solutions" if args.solutions else "exercises"
+    found = ex.all_exercises(args.chapters)
+    rows, passed, fresh = [], 0, 0
+    for exercise in found:
+        result = ex.evaluate(exercise, ex.load(exercise.chapter, which))
+        rows += ex.progress_rows([result])
+        passed += result.passed
+        fresh += result.status == ex.NOT_ATTEMPTED
+        if args.verbose and result.message:
+            print(result.line() + "\n")
+    ex.print_progress(rows, title=f"Exercises: {which}.py, {workbook.MODE} mode")
+    if args.fresh:  # CI, on a fresh clone: every stub must read as not attempted
+        if fresh != len(found):
+            print(f"expected every exercise to be 'not attempted' on a fresh clone; {len(found) - fresh} are not")
+            return 1
+        return 0
+    return 0 if passed == len(found) else 1
+
+
+HANDOUT_LEAVES_OUT = ("solutions.py",)
+
+
+def write_handout(destination):
+    """Copy the workbook (git's files if this is a checkout, else every file) without the solutions."""
+    destination = Path(destination)
+    if destination.exists() and any(destination.iterdir()):
+        raise SystemExit(f"{destination} exists and is not empty")
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                            cwd=results.ROOT, capture_output=True, text=True)
+    if listed.returncode == 0:
+        files = [Path(line) for line in listed.stdout.splitlines() if line]
+    else:
+        skip = {".git", ".venv", "__pycache__", ".pytest_cache", ".whl", "build"}
+        files = [p.relative_to(results.ROOT) for p in results.ROOT.rglob("*")
+                 if p.is_file() and not skip.intersection(p.relative_to(results.ROOT).parts)]
+    copied = []
+    for relative in files:
+        source = results.ROOT / relative
+        if relative.name in HANDOUT_LEAVES_OUT or not source.is_file():
+            continue
+        target = destination / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+        copied.append(str(relative))
+    return copied
+
+
+def handout(args):
+    copied = write_handout(args.directory)
+    print(f"wrote {len(copied)} files to {args.directory} (no solutions.py). There, as a student would:\n"
+          f"  pip install -e '.[dev]' && python -m pytest --exercises")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m workbook", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -269,6 +342,17 @@ def main(argv=None):
     nb_parser.add_argument("chapters", nargs="*")
     nb_parser.add_argument("--check", action="store_true")
     nb_parser.set_defaults(func=notebooks)
+    ex_parser = commands.add_parser("exercises", help="progress table of the exercises")
+    ex_parser.add_argument("chapters", nargs="*")
+    ex_parser.add_argument("--solutions", action="store_true", help="check solutions.py instead")
+    ex_parser.add_argument("--verbose", "-v", action="store_true", help="print each check's message")
+    ex_parser.add_argument("--fresh", action="store_true", help="exit 0 only if every exercise is untouched")
+    ex_parser.add_argument("--stamp", action="store_true",
+                           help="maintainers: recompute the stub fingerprints in the region markers")
+    ex_parser.set_defaults(func=exercises)
+    handout_parser = commands.add_parser("handout", help="a copy of the workbook without solutions")
+    handout_parser.add_argument("directory")
+    handout_parser.set_defaults(func=handout)
     args = parser.parse_args(argv)
     return args.func(args) or 0
 

@@ -1,0 +1,106 @@
+"""The exercises: every check run against solutions.py (the default) or your exercises.py (--exercises),
+and the proofs that exercises, solutions and checks cannot drift apart or pass vacuously.
+
+    python -m pytest --exercises              your exercises.py: not attempted / wrong / correct, a table
+    python -m pytest --exercises -k ch01      one chapter
+    python -m pytest --exercises --solutions  the solutions (the README's test command runs them too)
+"""
+
+import workbook  # noqa: F401,I001
+
+from pathlib import Path
+
+import pytest
+
+from workbook import exercises as ex
+
+EXERCISES = ex.all_exercises()
+CHAPTERS = ex.chapters()
+pytestmark = pytest.mark.exercise
+
+
+def _solutions_or_skip(chapter_id):
+    if not ex.has_solutions(chapter_id):
+        pytest.skip("no solutions.py here (a handout): the solutions are the instructor's")
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
+def test_exercise(exercise, request, record_property):
+    students = request.config.getoption("--exercises") and not request.config.getoption("--solutions")
+    if not students:
+        _solutions_or_skip(exercise.chapter)
+    result = ex.evaluate(exercise, ex.load(exercise.chapter, "exercises" if students else "solutions"))
+    record_property("exercise", ex.progress_rows([result])[0])
+    if not result.passed:
+        pytest.fail(result.line(), pytrace=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercises and solutions agree, and no check passes vacuously
+
+
+@pytest.mark.parametrize("chapter", list(CHAPTERS))
+def test_exercises_and_solutions_share_everything_outside_the_regions(chapter):
+    _solutions_or_skip(chapter)
+    exercises = ex.module_path(chapter, "exercises").read_text()
+    solutions = ex.module_path(chapter, "solutions").read_text()
+    assert ex.skeleton(exercises) == ex.skeleton(solutions), (
+        f"{chapter}: exercises.py and solutions.py differ outside the '# >>>' regions")
+    ids = {e.id for e in EXERCISES if e.chapter == chapter}
+    assert {r.id for r in ex.regions(exercises)} == ids, f"{chapter}: regions and checks.py disagree"
+    for region in ex.regions(solutions):
+        assert not region.untouched, f"{region.id}: the solution is still the stub"
+    planted = ex.load(chapter, "solutions").PLANTED_WRONG_ANSWERS
+    assert set(planted) == ids and all(planted.values()), f"{chapter}: every exercise needs a planted wrong answer"
+
+
+def _variant(exercise, code, tmp_path, label):
+    """solutions.py with this exercise's region(s) replaced by `code`, imported from tmp_path."""
+    solutions = ex.module_path(exercise, "solutions").read_text()
+    return ex.load_source(ex.replace_region(solutions, exercise.id, code), tmp_path, label)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
+def test_check_fails_on_the_untouched_stub(exercise, tmp_path):
+    _solutions_or_skip(exercise.chapter)
+    stubs = [r for r in ex.regions(ex.module_path(exercise, "exercises").read_text()) if r.id == exercise.id]
+    if not all(r.untouched for r in stubs):
+        pytest.skip(f"{exercise.id} is edited in exercises.py: the untouched stub is checked on a fresh clone")
+    if len(stubs) != 1:
+        pytest.skip("several regions: the stub is checked through the status")
+    stub = _variant(exercise, stubs[0].code, tmp_path, f"{exercise.id}_stub")
+    if exercise.kind == "faster":
+        if not workbook.ON_GPU:
+            pytest.skip("a 'faster' stub is correct by design: its target is judged on a GPU only")
+        exercise.check(stub)
+        ratio, what = exercise.speed(stub)
+        assert ratio < exercise.target, f"the untouched stub already meets the target: {ratio:.2f} ({what})"
+        return
+    with pytest.raises(Exception) as failure:  # noqa: PT011  (a stub may fail any way it likes)
+        exercise.check(stub)
+    print(f"{exercise.id} on its stub: {failure.value}")
+
+
+PLANTED = [(e, index) for e in EXERCISES if ex.has_solutions(e.chapter)
+           for index in range(len(ex.planted_wrong_answers(e)))]
+
+
+@pytest.mark.parametrize("exercise, index", PLANTED, ids=lambda v: v.id if hasattr(v, "id") else str(v))
+def test_check_fails_on_a_planted_wrong_answer(exercise, index, tmp_path):
+    old, new = ex.planted_wrong_answers(exercise)[index]
+    answers = [r for r in ex.regions(ex.module_path(exercise, "solutions").read_text()) if r.id == exercise.id]
+    assert len(answers) == 1 and answers[0].code.count(old) == 1, (
+        f"{exercise.id}: the planted edit {old!r} must occur exactly once in the answer")
+    wrong = _variant(exercise, answers[0].code.replace(old, new), tmp_path, f"{exercise.id}_wrong{index}")
+    with pytest.raises(Exception) as failure:  # noqa: PT011
+        exercise.check(wrong)
+    print(f"{exercise.id} with {old!r} -> {new!r}: {failure.value}")
+
+
+def test_handout_leaves_out_the_solutions(tmp_path):
+    from workbook.__main__ import write_handout
+
+    copied = write_handout(tmp_path / "handout")
+    names = {Path(p).name for p in copied}
+    assert "solutions.py" not in names and "exercises.py" in names and "checks.py" in names
+    assert not (tmp_path / "handout" / ".git").exists()

@@ -1,0 +1,365 @@
+"""Exercises: a stub the student fills in, a check that says what is wrong, a solution that cannot drift.
+
+A chapter with exercises has three more files beside its kernels:
+
+    exercises.py   what the student edits. Each exercise's code sits between two markers:
+                       # >>> ch01.2 (stub 3f9c0a1b)
+                       raise NotImplementedError("ch01.2: ...")
+                       # <<< ch01.2
+    solutions.py   the same file, every region answered; it ends with PLANTED_WRONG_ANSWERS,
+                   edits of the answers that each check must reject (so no check is vacuous)
+    checks.py      EXERCISES: for each exercise its title, kind, and the check that runs it
+
+The number in the opening marker is a fingerprint of the stub as shipped: a region that still has
+it is "not attempted". Outside the regions the two files are identical, which a test enforces, so
+exercises, solutions and checks never drift apart. A handout (`python -m workbook handout DIR`) is
+the workbook without solutions.py.
+
+    status          meaning
+    not attempted   the region is still the stub
+    wrong           the check failed: the checker's message says where (element, block, thread, bit)
+    correct         the check passed (in the simulator, or on a GPU with no speed target)
+    fast enough     on a GPU, the speed target met (a ratio to the chapter's kernel, same run)
+    too slow        on a GPU, correct but under the speed target
+"""
+
+import hashlib
+import importlib
+import importlib.util
+import re
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ON_GPU
+from .check import CheckError
+
+CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
+OPEN = re.compile(r"^(?P<indent>\s*)# >>> (?P<id>ch\d\d\.\d+) \(stub (?P<stub>[0-9a-f]{8})\)\s*$")
+CLOSE = re.compile(r"^\s*# <<< (?P<id>ch\d\d\.\d+)\s*$")
+PLANTED = "PLANTED_WRONG_ANSWERS"
+
+NOT_ATTEMPTED, WRONG, CORRECT, FAST, SLOW = "not attempted", "wrong", "correct", "fast enough", "too slow"
+PASSING = (CORRECT, FAST)
+KINDS = {
+    "complete": "complete a line or an expression",
+    "write": "write a kernel from its spec",
+    "fix": "find and fix a planted bug",
+    "faster": "make a correct kernel faster (judged on a GPU)",
+}
+
+
+@dataclass
+class Exercise:
+    """One exercise. `check(m)` runs the student's module `m` and raises CheckError if it is wrong.
+
+    speed(m) -> (ratio, what): on a GPU, the student's code against the chapter's kernel in the same
+    run (higher is better); `target` is the ratio a "faster" exercise must reach.
+    """
+
+    id: str
+    title: str
+    kind: str
+    show: tuple  # names in exercises.py that the notebook shows: the code to edit
+    check: object
+    speed: object = None
+    target: float = None
+    chapter: str = field(default="", init=False)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.id}: kind must be one of {sorted(KINDS)}, not {self.kind!r}")
+        if self.kind == "faster" and (self.speed is None or self.target is None):
+            raise ValueError(f"{self.id}: a 'faster' exercise needs speed= and target=")
+        self.show = (self.show,) if isinstance(self.show, str) else tuple(self.show)
+        self.chapter = self.id.split(".")[0]
+
+
+@dataclass
+class Result:
+    exercise: Exercise
+    status: str
+    message: str = ""
+    ratio: float = None
+
+    @property
+    def passed(self):
+        return self.status in PASSING
+
+    def line(self):
+        text = f"{self.exercise.id} {self.exercise.title}: {self.status}"
+        if self.ratio is not None:
+            text += f" ({self.ratio:.2f} of the chapter's kernel" + (
+                f", target {self.exercise.target:g})" if self.exercise.target else ")")
+        return text + (f"\n{self.message}" if self.message else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Regions and fingerprints
+
+
+def fingerprint(code):
+    """8 hex digits of the region's code, blank lines and trailing spaces ignored."""
+    lines = [line.rstrip() for line in code.splitlines() if line.strip()]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:8]
+
+
+@dataclass
+class Region:
+    id: str
+    stub: str  # the fingerprint in the marker
+    code: str  # the lines between the markers
+    start: int  # line index of the opening marker
+
+    @property
+    def untouched(self):
+        return fingerprint(self.code) == self.stub
+
+
+def regions(text):
+    """Every marked region of a file, in order. Raises ValueError on unbalanced markers."""
+    found, lines, current = [], text.splitlines(keepends=True), None
+    for number, line in enumerate(lines):
+        opened, closed = OPEN.match(line), CLOSE.match(line)
+        if opened:
+            if current:
+                raise ValueError(f"line {number + 1}: region {opened['id']} opens inside {current.id}")
+            current = Region(opened["id"], opened["stub"], "", number)
+        elif closed:
+            if not current or closed["id"] != current.id:
+                raise ValueError(f"line {number + 1}: '# <<< {closed['id']}' closes no open region")
+            found.append(current)
+            current = None
+        elif current:
+            current.code += line
+    if current:
+        raise ValueError(f"region {current.id} is never closed ('# <<< {current.id}')")
+    return found
+
+
+def skeleton(text):
+    """The file with every region emptied, its docstring and its planted wrong answers removed:
+    what exercises.py and solutions.py must share."""
+    kept, inside = [], False
+    for line in _without_docstring(text).splitlines():
+        if line.startswith((PLANTED, "# Planted wrong answers")):
+            break
+        if OPEN.match(line):
+            kept.append(line)
+            inside = True
+        elif CLOSE.match(line):
+            kept.append(line)
+            inside = False
+        elif not inside:
+            kept.append(line.rstrip())
+    while kept and not kept[-1]:
+        kept.pop()
+    return "\n".join(kept)
+
+
+def _without_docstring(text):
+    match = re.match(r'\s*(""".*?""")\s*\n', text, re.S)
+    return text[match.end():] if match else text
+
+
+def replace_region(text, exercise_id, code):
+    """text with the code of every region of `exercise_id` replaced by `code`."""
+    lines, out, inside = text.splitlines(keepends=True), [], False
+    for line in lines:
+        opened, closed = OPEN.match(line), CLOSE.match(line)
+        if opened and opened["id"] == exercise_id:
+            out.append(line)
+            out.append(code)
+            inside = True
+        elif closed and closed["id"] == exercise_id:
+            out.append(line)
+            inside = False
+        elif not inside:
+            out.append(line)
+    return "".join(out)
+
+
+def stamp(text):
+    """exercises.py with every marker's fingerprint recomputed from its stub (maintainers only)."""
+    out, current = [], None
+    lines = text.splitlines(keepends=True)
+    spans = {r.start: r for r in regions(text)}
+    for number, line in enumerate(lines):
+        if number in spans:
+            current = spans[number]
+            line = re.sub(r"\(stub [0-9a-f]{8}\)", f"(stub {fingerprint(current.code)})", line)
+        out.append(line)
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding and loading
+
+
+def chapters():
+    """{chapter id: folder} of every chapter that has exercises, in order."""
+    return {folder.name[:4]: folder for folder in sorted(CHAPTERS.glob("ch[0-9][0-9]_*"))
+            if (folder / "checks.py").exists() and (folder / "exercises.py").exists()}
+
+
+def all_exercises(wanted=()):
+    """Every Exercise of every chapter (or of the chapters in `wanted`), in order."""
+    found = []
+    for chapter_id, folder in chapters().items():
+        if wanted and chapter_id not in wanted and folder.name not in wanted:
+            continue
+        checks = importlib.import_module(f"chapters.{folder.name}.checks")
+        found.extend(checks.EXERCISES)
+    return found
+
+
+def module_path(exercise_or_chapter, which):
+    chapter_id = getattr(exercise_or_chapter, "chapter", exercise_or_chapter)
+    return chapters()[chapter_id] / f"{which}.py"
+
+
+def load(chapter_id, which="exercises"):
+    """The chapter's exercises or solutions module (imported once; autoreload picks up edits)."""
+    return importlib.import_module(f"chapters.{chapters()[chapter_id].name}.{which}")
+
+
+def has_solutions(chapter_id):
+    return module_path(chapter_id, "solutions").exists()
+
+
+_variants = 0
+
+
+def load_source(text, directory, label):
+    """Import `text` as a fresh module from a file in `directory` (numba needs a real file to read
+    kernels' source in the simulator and to name lines in errors)."""
+    global _variants
+    _variants += 1
+    name = f"_exercise_variant_{_variants}_{re.sub(r'[^0-9A-Za-z]', '_', label)}"
+    path = Path(directory) / f"{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def planted_wrong_answers(exercise):
+    """[(old, new), ...]: edits of the solution's region that its check must reject."""
+    solutions = load(exercise.chapter, "solutions")
+    return getattr(solutions, PLANTED).get(exercise.id, [])
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a check
+
+
+def _message(error):
+    """What a student should read: the checker's text, or the last frames of anything else."""
+    name = type(error).__name__
+    if isinstance(error, CheckError):
+        return str(error)
+    if isinstance(error, NotImplementedError):
+        return f"NotImplementedError: {error}"
+    if name == "WarpDeadlockError":
+        return f"warp deadlock (on a GPU this launch would hang):\n{error}"
+    if name == "GPUCompileError":
+        return str(error)
+    frames = traceback.format_exception(type(error), error, error.__traceback__, limit=-3)
+    return "".join(frames).rstrip()
+
+
+def evaluate(exercise, module):
+    """Result of one exercise against a module (the student's exercises.py, or solutions.py)."""
+    source = Path(module.__file__).read_text()
+    mine = [r for r in regions(source) if r.id == exercise.id]
+    if not mine:
+        return Result(exercise, WRONG, f"no region '# >>> {exercise.id}' in {Path(module.__file__).name}")
+    if all(r.untouched for r in mine):
+        return Result(exercise, NOT_ATTEMPTED)
+    try:
+        exercise.check(module)
+    except Exception as error:  # noqa: BLE001  (whatever the student's code raises is the answer)
+        return Result(exercise, WRONG, _message(error))
+    if not ON_GPU or exercise.speed is None:
+        return Result(exercise, CORRECT)
+    ratio, what = exercise.speed(module)
+    if exercise.target is None:
+        return Result(exercise, CORRECT, what, ratio)
+    status = FAST if ratio >= exercise.target else SLOW
+    return Result(exercise, status, what, ratio)
+
+
+def show(exercise_id, run=True):
+    """For a notebook cell: the exercise's spec and code as it stands in exercises.py, then its status."""
+    from . import show as show_source
+
+    exercise = next(e for e in all_exercises((exercise_id.split(".")[0],)) if e.id == exercise_id)
+    module = load(exercise.chapter)
+    print(f"Exercise {exercise.id} ({KINDS[exercise.kind]}): {exercise.title}\n"
+          f"Edit chapters/{module_path(exercise, 'exercises').parent.name}/exercises.py between "
+          f"'# >>> {exercise.id}' and '# <<< {exercise.id}'.")
+    for name in exercise.show:
+        show_source(getattr(module, name))
+    if run:
+        result = evaluate(exercise, module)
+        print(("PASS  " if result.passed else "----  ") + result.line())
+        return result
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The progress table
+
+
+def progress_rows(results):
+    return [(r.exercise.chapter, r.exercise.id, r.exercise.title, r.exercise.kind, r.status,
+             "" if r.ratio is None else f"{r.ratio:.2f}") for r in results]
+
+
+def print_progress(rows, console=None, title="Exercises"):
+    """rows: (chapter, id, title, kind, status, ratio) tuples."""
+    from rich.console import Console
+    from rich.table import Table
+
+    colour = {NOT_ATTEMPTED: "dim", WRONG: "red", CORRECT: "green", FAST: "green", SLOW: "yellow"}
+    table = Table(title=title)
+    for column in ("chapter", "exercise", "title", "kind", "status", "vs chapter"):
+        table.add_column(column)
+    for chapter, ident, name, kind, status, ratio in rows:
+        table.add_row(chapter, ident, name, kind, f"[{colour.get(status, 'red')}]{status}[/]", ratio)
+    counts = {}
+    for row in rows:
+        counts[row[4]] = counts.get(row[4], 0) + 1
+    console = console or Console(width=140)
+    console.print(table)
+    console.print("  ".join(f"{status}: {count}" for status, count in counts.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers for checks.py
+
+
+def poisoned(shape, dtype):
+    """A device array filled with 0xFF bytes (NaN, or -1): an element a kernel never writes stays wrong."""
+    from numba import cuda
+
+    from .bench import poison
+
+    out = cuda.device_array(shape, dtype)
+    poison(out)
+    return out
+
+
+def speed_ratio(mine, chapters, repeats=30):
+    """Median over interleaved repeats of chapter_ms / mine_ms (GPU only): 1.0 is as fast as the
+    chapter's kernel, 0.5 twice as slow. Both are called once first (compilation excluded)."""
+    import numpy as np
+
+    from .bench import time_interleaved
+
+    mine(), chapters()
+    times = time_interleaved({"mine": mine, "chapter": chapters}, repeats)
+    return float(np.median(times["chapter"] / times["mine"]))
