@@ -184,6 +184,8 @@ def assert_bitmask(words, bits, *, name="mask", launch=None):
         elif launch is not None:
             block, thread = launch.owner(first)
             where += f" (block {block}, thread {thread})"
-        raise CheckError(f"{name}: {len(wrong)} of {bits.size} bits wrong; first wrong bit is {where}: "
+        padding = int(np.count_nonzero(wrong >= bits.size))
+        counted = f"{len(wrong) - padding} of {bits.size} bits" + (f" and {padding} padding bits" if padding else "")
+        raise CheckError(f"{name}: {counted} wrong; first wrong bit is {where}: "
                          f"got {int(got_bits[first])}, expected {int(first < bits.size and bits[first])}")
     return got
