@@ -1,0 +1,83 @@
+"""Checks of chapter 03's exercises: unscale against the chapter's NumPy reference (inf, -inf and
+NaN alone and together), the owner search with empty tensors, and the loss scale step by step
+against a Python model. See workbook/exercises.py."""
+
+import numpy as np
+
+import workbook
+from workbook import cuda
+from workbook.check import CheckError, Launch
+from workbook.exercises import Exercise, poisoned
+
+from . import kernels as k
+
+SIZES = [1, 31, 33, 1000, workbook.size(gpu=(1 << 22) + 7, sim=2001)]
+SPECIALS = {"finite": None, "inf": np.inf, "-inf": -np.inf, "NaN": np.nan}
+
+
+def _check_unscale(function, name, blocks=None):
+    for n in SIZES:
+        for special, value in SPECIALS.items():
+            grad = np.random.default_rng(n).standard_normal(n).astype(np.float32) * 1000
+            if value is not None:
+                grad[(n * 5) // 7] = value  # one bad value, in the middle of some block
+            expected, expected_flag = k.unscale_reference([grad], 0.125)
+            d_grad = cuda.to_device(grad)
+            found_inf = cuda.to_device(np.zeros(1, np.float32))
+            function(d_grad, found_inf, cuda.to_device(np.array([0.125], np.float32)))
+            launch = Launch(blocks, 128, grid_stride=True) if blocks else Launch(-(-n // 128), 128)
+            label = f"{name} n={n}, {special}"
+            workbook.assert_close(d_grad, expected[0], name=f"{label}: grad", launch=launch, input=grad)
+            workbook.assert_close(found_inf, expected_flag, exact=True, name=f"{label}: found_inf")
+
+
+def check_unscale(m):
+    _check_unscale(m.unscale, "unscale")
+
+
+def check_owners(m):
+    rng = np.random.default_rng(3)
+    cases = [[5], [1, 1, 1], [0, 3], [3, 0, 4], [0, 0, 7, 0], [33, 0, 0, 31, 1],
+             list(rng.integers(0, 9, size=57)) + [4]]
+    for sizes in cases:
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
+        items = int(np.sum(sizes))
+        expected = (np.searchsorted(starts, np.arange(items), side="right") - 1).astype(np.int32)
+        out = m.owners(cuda.to_device(starts), poisoned(items, np.int32))
+        workbook.assert_close(out, expected, name=f"owners of tensor sizes {sizes}")
+
+
+def check_grid_stride(m):
+    _check_unscale(m.unscale_grid_stride, "unscale_grid_stride", blocks=2)
+
+
+def check_update_scale(m):
+    flags = [0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0]
+    scale, good = np.float32(1024.0), 0
+    d_scale, d_inv = cuda.to_device(np.array([scale])), poisoned(1, np.float32)
+    d_good = cuda.to_device(np.zeros(1, np.int32))
+    for step, flag in enumerate(flags):
+        d_flag = cuda.to_device(np.array([flag], np.float32))
+        m.update_scale(d_scale, d_inv, d_good, d_flag, growth=2.0, backoff=0.5, interval=3)
+        if flag:
+            scale, good = np.float32(scale * 0.5), 0
+        else:
+            good += 1
+            if good == 3:
+                scale, good = np.float32(scale * 2.0), 0
+        got = (d_scale.copy_to_host()[0], d_inv.copy_to_host()[0], d_good.copy_to_host()[0])
+        if got != (scale, np.float32(1) / scale, good):
+            raise CheckError(f"update_scale, step {step} (found_inf history {flags[:step + 1]}): got scale, "
+                             f"inv_scale, good_steps = {got}, expected {(scale, np.float32(1) / scale, good)}")
+        if d_flag.copy_to_host()[0] != flag:
+            raise CheckError(f"update_scale, step {step}: found_inf changed; leave it as it is")
+
+
+EXERCISES = [
+    Exercise("ch03.1", "raise the found_inf flag", "complete", "unscale_kernel", check_unscale),
+    Exercise("ch03.2", "the owner of an item: binary search", "write", "find_owner", check_owners),
+    Exercise("ch03.3", "a grid-stride loop that stops short", "fix", "unscale_grid_stride_kernel",
+             check_grid_stride),
+    Exercise("ch03.4", "the dynamic loss scale, on the device", "write", "update_scale_kernel",
+             check_update_scale),
+]
