@@ -57,7 +57,26 @@ class Chapter:
         path = results.device_dir() / f"{self.id}_{name}.png"
         figure.savefig(path, dpi=110, bbox_inches="tight")
         self.figures.append(path.name)
+        if not ON_GPU:
+            self.show_stored_figure(name)
         return path
+
+    def show_stored_figure(self, name):
+        """In the simulator: the same plot as measured on the reference GPU, shown inline in a notebook."""
+        stored = results.RESULTS / results.REFERENCE_DEVICE / f"{self.id}_{name}.png"
+        if not stored.exists():
+            print(f"(no stored GPU plot {stored.name} yet)")
+            return
+        device = self.stored["stamp"]["device"] if self.stored else results.REFERENCE_DEVICE
+        print(f"The plot above is from the simulator (its times mean nothing). The same plot measured on "
+              f"{device}: {stored.relative_to(results.ROOT)}")
+        try:
+            from IPython import get_ipython
+            from IPython.display import Image, display
+        except ImportError:
+            return
+        if get_ipython() is not None:
+            display(Image(filename=str(stored)))
 
     def save(self):
         payload = {"chapter": self.id, "title": self.title, "stamp": results.stamp(),

@@ -278,6 +278,12 @@ def evaluate(exercise, module):
     if not mine:
         return Result(exercise, WRONG, f"no region '# >>> {exercise.id}' in {Path(module.__file__).name}")
     if all(r.untouched for r in mine):
+        if exercise.kind != "fix":
+            return Result(exercise, NOT_ATTEMPTED)
+        try:  # the planted bug is where the student starts: show what the check says of it
+            exercise.check(module)
+        except Exception as error:  # noqa: BLE001
+            return Result(exercise, NOT_ATTEMPTED, "what the check says of the planted bug:\n" + _message(error))
         return Result(exercise, NOT_ATTEMPTED)
     try:
         exercise.check(module)
@@ -306,8 +312,6 @@ def show(exercise_id, run=True):
     if run:
         result = evaluate(exercise, module)
         print(("PASS  " if result.passed else "----  ") + result.line())
-        return result
-    return None
 
 
 # ---------------------------------------------------------------------------------------------

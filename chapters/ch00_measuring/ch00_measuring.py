@@ -209,7 +209,7 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "copy_sweep")
 else:
     print("simulator: the sweep ran and was checked at", sweep_sizes, "- the plot needs a GPU's times.")
-    print("The stored H100 plot is results/nvidia-h100-80gb-hbm3/ch00_copy_sweep.png")
+    chapter.show_stored_figure("copy_sweep")  # the same plot, measured on the H100
 
 # %% [markdown]
 # ## What the numbers mean
@@ -226,7 +226,32 @@ else:
 chapter.save()
 
 # %% [markdown]
-# ## Exercises
+# ## Exercises you can check
+#
+# `exercises.py` beside this notebook holds four exercises, each a stub with its spec and hints.
+# Each cell below shows the code you edit and runs its check on what the file holds now: *not
+# attempted*, *wrong* (with what is wrong: the elements, their block and thread, the first wrong bit
+# of a mask) or *correct*. Edit `exercises.py` between `# >>> ch00.N` and `# <<< ch00.N`,
+# save, and re-run the cell (autoreload picks the edit up). `python -m pytest --exercises -k ch00`
+# checks them all at once; on a GPU the "faster" exercises are also timed against this chapter's
+# kernel, in the same run.
+
+# %%
+from workbook import exercises
+
+exercises.show("ch00.1")
+
+# %%
+exercises.show("ch00.2")
+
+# %%
+exercises.show("ch00.3")
+
+# %%
+exercises.show("ch00.4")
+
+# %% [markdown]
+# ## More to try
 # 1. Change `LOADS_IN_FLIGHT`'s kernel to 2 and to 8 loads per trip. Predict, then measure.
 # 2. Write a 16-byte-word copy (view float32 pairs as `complex128`). Does it beat the 8-byte one?
 # 3. Make `gather_strided` read `src[(i * stride) % n]`: every element is used, but is it fast?

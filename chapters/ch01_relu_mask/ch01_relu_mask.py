@@ -409,7 +409,7 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "relu_sweep")
 else:
     print("simulator: the sweep ran and was checked at", sweep_sizes, "- the plot needs a GPU's times.")
-    print("The stored H100 plot is results/nvidia-h100-80gb-hbm3/ch01_relu_sweep.png")
+    chapter.show_stored_figure("relu_sweep")  # the same plot, measured on the H100
 
 # %% [markdown]
 # ## What the numbers mean
@@ -442,7 +442,32 @@ else:
 chapter.save()
 
 # %% [markdown]
-# ## Exercises
+# ## Exercises you can check
+#
+# `exercises.py` beside this notebook holds four exercises, each a stub with its spec and hints.
+# Each cell below shows the code you edit and runs its check on what the file holds now: *not
+# attempted*, *wrong* (with what is wrong: the elements, their block and thread, the first wrong bit
+# of a mask) or *correct*. Edit `exercises.py` between `# >>> ch01.N` and `# <<< ch01.N`,
+# save, and re-run the cell (autoreload picks the edit up). `python -m pytest --exercises -k ch01`
+# checks them all at once; on a GPU the "faster" exercises are also timed against this chapter's
+# kernel, in the same run.
+
+# %%
+from workbook import exercises
+
+exercises.show("ch01.1")
+
+# %%
+exercises.show("ch01.2")
+
+# %%
+exercises.show("ch01.3")
+
+# %%
+exercises.show("ch01.4")
+
+# %% [markdown]
+# ## More to try
 # 1. Change `WORDS_PER_TRIP` to 4 and 16. Predict, then measure. What happens to the registers?
 # 2. Write the backward pass that loads one word per lane (lanes 0–7) and hands each row its word
 #    with `cuda.shfl_sync` instead of a broadcast load. Is it faster?

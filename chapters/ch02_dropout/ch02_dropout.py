@@ -370,7 +370,7 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "forward_sweep")
 else:
     print("simulator: the sweep ran at", sweep_sizes, "- the plot needs a GPU's times.")
-    print("The stored H100 plot is results/nvidia-h100-80gb-hbm3/ch02_forward_sweep.png")
+    chapter.show_stored_figure("forward_sweep")  # the same plot, measured on the H100
 
 # %% [markdown]
 # ## What the numbers mean
@@ -405,7 +405,32 @@ else:
 chapter.save()
 
 # %% [markdown]
-# ## Exercises
+# ## Exercises you can check
+#
+# `exercises.py` beside this notebook holds four exercises, each a stub with its spec and hints.
+# Each cell below shows the code you edit and runs its check on what the file holds now: *not
+# attempted*, *wrong* (with what is wrong: the elements, their block and thread, the first wrong bit
+# of a mask) or *correct*. Edit `exercises.py` between `# >>> ch02.N` and `# <<< ch02.N`,
+# save, and re-run the cell (autoreload picks the edit up). `python -m pytest --exercises -k ch02`
+# checks them all at once; on a GPU the "faster" exercises are also timed against this chapter's
+# kernel, in the same run.
+
+# %%
+from workbook import exercises
+
+exercises.show("ch02.1")
+
+# %%
+exercises.show("ch02.2")
+
+# %%
+exercises.show("ch02.3")
+
+# %%
+exercises.show("ch02.4")
+
+# %% [markdown]
+# ## More to try
 # 1. Set `BLOCKS_PER_SM = 8` in kernels.py (a grid that just fills the GPU, each thread looping)
 #    and re-run the chapter on a GPU. Do both bars move as the grid-size tables predict? Why might
 #    a fixed share per thread lose on a GPU with 132 SMs?

@@ -308,7 +308,7 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "tensors_sweep")
 else:
     print("simulator: the sweep ran and was checked at", counts, "tensors - the plot needs a GPU's times.")
-    print("The stored H100 plot is results/nvidia-h100-80gb-hbm3/ch03_tensors_sweep.png")
+    chapter.show_stored_figure("tensors_sweep")  # the same plot, measured on the H100
 
 # %% [markdown]
 # ## A dynamic loss scaler and a mixed-precision training loop
@@ -407,7 +407,32 @@ if workbook.ON_GPU:
 chapter.save()
 
 # %% [markdown]
-# ## Exercises
+# ## Exercises you can check
+#
+# `exercises.py` beside this notebook holds four exercises, each a stub with its spec and hints.
+# Each cell below shows the code you edit and runs its check on what the file holds now: *not
+# attempted*, *wrong* (with what is wrong: the elements, their block and thread, the first wrong bit
+# of a mask) or *correct*. Edit `exercises.py` between `# >>> ch03.N` and `# <<< ch03.N`,
+# save, and re-run the cell (autoreload picks the edit up). `python -m pytest --exercises -k ch03`
+# checks them all at once; on a GPU the "faster" exercises are also timed against this chapter's
+# kernel, in the same run.
+
+# %%
+from workbook import exercises
+
+exercises.show("ch03.1")
+
+# %%
+exercises.show("ch03.2")
+
+# %%
+exercises.show("ch03.3")
+
+# %%
+exercises.show("ch03.4")
+
+# %% [markdown]
+# ## More to try
 # 1. Change `VECTORS_PER_THREAD`'s worth of loads in the full-tile path from 4 to 2 (and the tile
 #    with it). Predict the effect on the 600M case, then measure.
 # 2. The binary search runs once per tile. Replace it by a host-built table "tile -> tensor"

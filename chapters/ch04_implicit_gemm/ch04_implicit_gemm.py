@@ -398,7 +398,8 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "conv_layers")
 else:
     print("simulator: the sweep ran and was checked at", sweep_sizes, "- the plots need a GPU's times.")
-    print("The stored H100 plots are results/nvidia-h100-80gb-hbm3/ch04_gemm_sweep.png and ch04_conv_layers.png")
+    chapter.show_stored_figure("gemm_sweep")  # the same plot, measured on the H100
+    chapter.show_stored_figure("conv_layers")  # the same plot, measured on the H100
 
 # %% [markdown]
 # ## What the numbers mean
@@ -431,7 +432,32 @@ else:
 chapter.save()
 
 # %% [markdown]
-# ## Exercises
+# ## Exercises you can check
+#
+# `exercises.py` beside this notebook holds four exercises, each a stub with its spec and hints.
+# Each cell below shows the code you edit and runs its check on what the file holds now: *not
+# attempted*, *wrong* (with what is wrong: the elements, their block and thread, the first wrong bit
+# of a mask) or *correct*. Edit `exercises.py` between `# >>> ch04.N` and `# <<< ch04.N`,
+# save, and re-run the cell (autoreload picks the edit up). `python -m pytest --exercises -k ch04`
+# checks them all at once; on a GPU the "faster" exercises are also timed against this chapter's
+# kernel, in the same run.
+
+# %%
+from workbook import exercises
+
+exercises.show("ch04.1")
+
+# %%
+exercises.show("ch04.2")
+
+# %%
+exercises.show("ch04.3")
+
+# %%
+exercises.show("ch04.4")
+
+# %% [markdown]
+# ## More to try
 # 1. Change `conv2d_implicit` to NHWC input: which loads become contiguous, and what does the offset
 #    table look like when c is the fastest index?
 # 2. Precompute the column bases too (a table of N·P·Q entries) and drop `column_origin`'s

@@ -353,7 +353,7 @@ if workbook.ON_GPU:
         print(f"{blocks:3d} blocks: {ms:.2f} ms")
 else:
     print("simulator: the sweep ran and was checked at", sweep_blocks, "blocks; the plot needs a GPU's times.")
-    print("The stored H100 plot is results/nvidia-h100-80gb-hbm3/ch05_blocks_sweep.png")
+    chapter.show_stored_figure("blocks_sweep")  # the same plot, measured on the H100
 
 # %% [markdown]
 # ## Merge + blur end to end: serial vs pipelined
@@ -464,7 +464,32 @@ for name, spans in timelines.items():
 chapter.save()
 
 # %% [markdown]
-# ## Exercises
+# ## Exercises you can check
+#
+# `exercises.py` beside this notebook holds four exercises, each a stub with its spec and hints.
+# Each cell below shows the code you edit and runs its check on what the file holds now: *not
+# attempted*, *wrong* (with what is wrong: the elements, their block and thread, the first wrong bit
+# of a mask) or *correct*. Edit `exercises.py` between `# >>> ch05.N` and `# <<< ch05.N`,
+# save, and re-run the cell (autoreload picks the edit up). `python -m pytest --exercises -k ch05`
+# checks them all at once; on a GPU the "faster" exercises are also timed against this chapter's
+# kernel, in the same run.
+
+# %%
+from workbook import exercises
+
+exercises.show("ch05.1")
+
+# %%
+exercises.show("ch05.2")
+
+# %%
+exercises.show("ch05.3")
+
+# %%
+exercises.show("ch05.4")
+
+# %% [markdown]
+# ## More to try
 # 1. Merge four bytes at a time: view the images as `uint32` and use `(a | b) - (((a ^ b) >> 1) & 0x7F7F7F7F)`,
 #    which is the byte-wise `(a + b + 1) >> 1` without unpacking. Does the merge kernel get faster? Does
 #    anything end to end?

@@ -379,8 +379,8 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "cross_entropy_sweep")
 else:
     print("simulator: the sweep ran and was checked at", sweep_columns, "columns; the plots need a GPU's times.")
-    print("The stored H100 plots are results/nvidia-h100-80gb-hbm3/ch06_softmax_sweep.png and "
-          "ch06_cross_entropy_sweep.png")
+    chapter.show_stored_figure("softmax_sweep")  # the same plot, measured on the H100
+    chapter.show_stored_figure("cross_entropy_sweep")  # the same plot, measured on the H100
 
 # %% [markdown]
 # ## What the numbers mean
@@ -416,7 +416,32 @@ else:
 chapter.save()
 
 # %% [markdown]
-# ## Exercises
+# ## Exercises you can check
+#
+# `exercises.py` beside this notebook holds four exercises, each a stub with its spec and hints.
+# Each cell below shows the code you edit and runs its check on what the file holds now: *not
+# attempted*, *wrong* (with what is wrong: the elements, their block and thread, the first wrong bit
+# of a mask) or *correct*. Edit `exercises.py` between `# >>> ch06.N` and `# <<< ch06.N`,
+# save, and re-run the cell (autoreload picks the edit up). `python -m pytest --exercises -k ch06`
+# checks them all at once; on a GPU the "faster" exercises are also timed against this chapter's
+# kernel, in the same run.
+
+# %%
+from workbook import exercises
+
+exercises.show("ch06.1")
+
+# %%
+exercises.show("ch06.2")
+
+# %%
+exercises.show("ch06.3")
+
+# %%
+exercises.show("ch06.4")
+
+# %% [markdown]
+# ## More to try
 # 1. Change `WARP_ROW_BLOCKS_PER_SM` (16) to 2, to 64, and to "one block per 4 rows"; then compile
 #    the register kernel with `cuda.jit(max_registers=64)`. Predict, then measure against
 #    `torch.softmax` on 49152 x 1024.
