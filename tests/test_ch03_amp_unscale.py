@@ -207,6 +207,17 @@ def test_loss_scaler_backs_off_skips_and_grows():
     assert scaler.found_inf.copy_to_host()[0] == 0.0  # reset for the next step
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_scale_to_half_overflows_to_inf_like_a_float16_backward():
+    # The chapter's stand-in for a float16 backward pass of (loss * scale): 70000 overflows float16.
+    grad32 = np.array([1.0, -3.0, 70000.0 / 1024, 1e-8, np.nan, 0.1], np.float32)
+    scale = cuda.to_device(np.array([1024.0], np.float32))
+    grad16 = cuda.to_device(np.zeros(grad32.size, np.float16))
+    k.scale_to_half_kernel[1, 32](cuda.to_device(grad32), scale, grad16)
+    np.testing.assert_array_equal(grad16.copy_to_host(), (grad32 * np.float32(1024)).astype(np.float16))
+    assert np.isinf(grad16.copy_to_host()[2])
+
+
 def test_loss_scaler_rejects_bad_parameters():
     with pytest.raises(ValueError, match="growth > 1"):
         k.DynamicLossScaler(growth=1.0)

@@ -54,6 +54,13 @@ def test_exercises_and_solutions_share_everything_outside_the_regions(chapter):
     assert set(planted) == ids and all(planted.values()), f"{chapter}: every exercise needs a planted wrong answer"
 
 
+@pytest.fixture
+def not_compiled(monkeypatch):
+    """Stubs and planted wrong answers must fail their check, not the GPU compiler (and compiling
+    code written to be wrong would only cost time)."""
+    monkeypatch.setenv("WORKBOOK_COMPILE", "0")
+
+
 def _variant(exercise, code, tmp_path, label):
     """solutions.py with this exercise's region(s) replaced by `code`, imported from tmp_path."""
     solutions = ex.module_path(exercise, "solutions").read_text()
@@ -61,7 +68,7 @@ def _variant(exercise, code, tmp_path, label):
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
-def test_check_fails_on_the_untouched_stub(exercise, tmp_path):
+def test_check_fails_on_the_untouched_stub(exercise, tmp_path, not_compiled):
     _solutions_or_skip(exercise.chapter)
     stubs = [r for r in ex.regions(ex.module_path(exercise, "exercises").read_text()) if r.id == exercise.id]
     if not all(r.untouched for r in stubs):
@@ -86,7 +93,7 @@ PLANTED = [(e, index) for e in EXERCISES if ex.has_solutions(e.chapter)
 
 
 @pytest.mark.parametrize("exercise, index", PLANTED, ids=lambda v: v.id if hasattr(v, "id") else str(v))
-def test_check_fails_on_a_planted_wrong_answer(exercise, index, tmp_path):
+def test_check_fails_on_a_planted_wrong_answer(exercise, index, tmp_path, not_compiled):
     old, new = ex.planted_wrong_answers(exercise)[index]
     answers = [r for r in ex.regions(ex.module_path(exercise, "solutions").read_text()) if r.id == exercise.id]
     assert len(answers) == 1 and answers[0].code.count(old) == 1, (

@@ -44,3 +44,38 @@ def show(function):
     except ImportError:
         pass
     print(source)
+
+
+def show_ptx(kernel, *args, grep=None, cc=(9, 0)):
+    """Print the PTX a kernel compiles to for these arguments (example arrays, or numba types),
+    on a GPU or, through workbook/compiler.py's worker, on a laptop. grep: a regular expression;
+    only the matching lines are printed (e.g. r"vote|shfl" or r"ld\\.global\\.v4"). Returns the PTX."""
+    import re
+
+    from numba.core import types as numba_types
+
+    from .compiler import argument_types, ptx
+
+    argtypes = tuple(a if isinstance(a, numba_types.Type) else argument_types((a,))[0] for a in args)
+    if ON_GPU:
+        from numba.cuda import compile_ptx
+
+        text, _ = compile_ptx(kernel.py_func, argtypes, cc=cc)
+    else:
+        from .compiler import missing
+
+        reason = missing()
+        if reason:
+            print(f"No PTX on this machine: {reason}. Stored PTX facts are in the chapter's text.")
+            return ""
+        text = ptx(kernel, argtypes, cc)
+    name = getattr(kernel, "__name__", None) or kernel.fn.__name__
+    lines = text.splitlines()
+    if grep:
+        picked = [f"{number:5d}  {line}" for number, line in enumerate(lines, 1) if re.search(grep, line)]
+        print(f"{name}({', '.join(map(str, argtypes))}), cc {cc[0]}.{cc[1]}: {len(picked)} of {len(lines)} "
+              f"PTX lines match {grep!r}")
+        print("\n".join(picked))
+    else:
+        print(text)
+    return text

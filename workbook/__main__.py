@@ -6,6 +6,8 @@
     python -m workbook notebooks [--check]  write each chapter's .ipynb from its .py (or check they agree)
     python -m workbook exercises [chNN ...] the progress table of your exercises (--solutions: of solutions.py)
     python -m workbook handout DIR          a copy of the workbook for students: no solutions.py
+    python -m workbook compile [chNN ...]   every kernel the chapters' tests launch, compiled for a GPU
+                                            (cc 9.0 and 7.0) on this machine, GPU or not: a table
 """
 
 import argparse
@@ -58,6 +60,11 @@ def info(_args):
         cuda.synchronize()
     else:
         print("copy        not measured: simulator (see results/ for stored GPU figures)")
+        from workbook import compiler
+
+        reason = compiler.missing() if compiler.wanted() else "WORKBOOK_COMPILE=0"
+        print("compiler    " + (f"each launch also compiled for a GPU (cc {', '.join(f'{a}.{b}' for a, b in compiler.CCS)})"
+                                if reason is None else f"kernels not compiled for a GPU: {reason}"))
 
 
 def _run_one(script, log_path, use_notebook):
@@ -288,6 +295,104 @@ def exercises(args):
     return 0 if passed == len(found) else 1
 
 
+def compile_records(log_dir):
+    """{(kernel, signature): record} from the JSON lines the simulator's compile hook wrote."""
+    records = {}
+    for path in sorted(Path(log_dir).glob("compile-*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["kernel"].startswith("_exercise_variant"):
+                continue  # the tests' stubs and planted wrong answers: not the workbook's kernels
+            records[(record["kernel"], record["signature"])] = record
+    return records
+
+
+def module_kernels(chapter_ids, skip=("exercises",)):
+    """'module.name' of every kernel defined at the top level of the chapters' modules (but those
+    named in `skip`: the stubs of exercises.py are not launched when the solutions are checked)."""
+    import importlib
+
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    names = set()
+    for chapter_id, script in chapter_scripts(chapter_ids).items():
+        for path in sorted(script.parent.glob("*.py")):
+            if path.stem in ("checks", script.stem, "__init__", *skip):
+                continue
+            module = importlib.import_module(f"chapters.{script.parent.name}.{path.stem}")
+            for value in vars(module).values():
+                if isinstance(value, FakeCUDAKernel) and not value._device and \
+                        value.fn.__module__ == module.__name__:
+                    names.add(f"{module.__name__}.{value.fn.__qualname__}")
+    return names
+
+
+def compile_table(records, console, never_launched=()):
+    from rich.table import Table
+
+    table = Table(title="Every kernel launched, compiled for a GPU (cc 9.0, and 7.0) without one")
+    for column in ("kernel", "signature", "compiled", "registers", "spills (B)"):
+        table.add_column(column, overflow="fold")
+    errors = 0
+    for (kernel, signature), record in sorted(records.items()):
+        short = kernel.replace("chapters.", "").replace("_exercise_variant", "variant")
+        if record["ok"] is True:
+            first = record["targets"][0] if record["targets"] else {}
+            status = "[green]yes[/] (" + ", ".join(t["cc"] for t in record["targets"]) + ")"
+            registers, spills = first.get("registers"), first.get("spill_bytes")
+        elif record["ok"] is None:
+            status, registers, spills = f"[yellow]GPU only[/]: {record['error']}", None, None
+        else:
+            errors += 1
+            status, registers, spills = f"[red]ERROR[/]: {record['error'][:1500]}", None, None
+        table.add_row(short, signature if len(signature) < 120 else signature[:117] + "...", status,
+                      "-" if registers is None else str(registers), "-" if spills is None else str(spills))
+    console.print(table)
+    kernels = {kernel for kernel, _ in records}
+    console.print(f"{len(records)} (kernel, signature) pairs of {len(kernels)} kernels; {errors} would not compile")
+    if never_launched:
+        console.print("defined but launched by no test, so not compiled here: " + ", ".join(sorted(never_launched)))
+    return errors
+
+
+def compile_kernels(args):
+    """Run the chapters' tests in the simulator with every launch compiled, then print the table."""
+    import tempfile
+
+    from rich.console import Console
+
+    from workbook import compiler
+
+    console = Console(width=200)
+    if workbook.MODE != "sim":
+        console.print("`compile` works in the simulator (WORKBOOK_DEVICE=sim); on a GPU every launch compiles anyway")
+        return 2
+    reason = compiler.missing()
+    if reason:
+        console.print(f"[red]cannot compile here[/]: {reason}")
+        return 2
+    wanted = list(chapter_scripts(args.chapters))
+    log_dir = args.log
+    if not log_dir:
+        log_dir = tempfile.mkdtemp(prefix="workbook-compile-")
+        tests = [str(p) for chapter_id in wanted for p in (results.ROOT / "tests").glob(f"test_{chapter_id}_*.py")]
+        exercise_args = ["--exercises"] + ([] if args.exercises else ["--solutions"])
+        env = dict(os.environ, WORKBOOK_DEVICE="sim", WORKBOOK_COMPILE="1", WORKBOOK_COMPILE_LOG=log_dir)
+        for command in ([*tests, "-m", "not notebook"],
+                        ["tests/test_exercises.py", *exercise_args, "-k", " or ".join(wanted)]):
+            console.print(f"running {' '.join(command[:3])} ... with every launch compiled")
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto",
+                            *command], cwd=results.ROOT, env=env, stdout=subprocess.DEVNULL)
+    records = compile_records(log_dir)
+    if not args.all:  # the workbook's kernels; the tests' own (some written not to compile) with --all
+        records = {key: r for key, r in records.items()
+                   if key[0].startswith("chapters.") and any(f".{c}_" in key[0] for c in wanted)}
+    launched = {kernel for kernel, _ in records}
+    never = module_kernels(wanted, skip=("solutions",) if args.exercises else ("exercises",)) - launched
+    errors = compile_table(records, console, never)
+    return 1 if errors or not records else 0
+
+
 HANDOUT_LEAVES_OUT = ("solutions.py",)
 
 
@@ -350,6 +455,14 @@ def main(argv=None):
     ex_parser.add_argument("--stamp", action="store_true",
                            help="maintainers: recompute the stub fingerprints in the region markers")
     ex_parser.set_defaults(func=exercises)
+    compile_parser = commands.add_parser("compile", help="compile every chapter kernel for a GPU, no GPU needed")
+    compile_parser.add_argument("chapters", nargs="*")
+    compile_parser.add_argument("--exercises", action="store_true",
+                                help="compile your exercises.py's kernels (default: solutions.py's)")
+    compile_parser.add_argument("--log", help="read a compile log a test run wrote (WORKBOOK_COMPILE_LOG)")
+    compile_parser.add_argument("--all", action="store_true",
+                                help="also the kernels the tests define (some are written not to compile)")
+    compile_parser.set_defaults(func=compile_kernels)
     handout_parser = commands.add_parser("handout", help="a copy of the workbook without solutions")
     handout_parser.add_argument("directory")
     handout_parser.set_defaults(func=handout)

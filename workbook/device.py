@@ -3,6 +3,8 @@
     WORKBOOK_DEVICE=auto   a usable CUDA GPU if the driver finds one, else the simulator (default)
     WORKBOOK_DEVICE=gpu    the GPU, or a clear error
     WORKBOOK_DEVICE=sim    the simulator, even on a GPU machine
+    WORKBOOK_DEVICE=compile  numba's real CUDA target with no GPU needed: compiling only (the
+                           worker of workbook/compiler.py; nothing can be launched)
 
 numba reads NUMBA_ENABLE_CUDASIM when numba.cuda is first imported, so the choice must be made
 before that import; `import workbook` does it, which is why chapters and tests import workbook first.
@@ -12,7 +14,7 @@ import ctypes
 import os
 import sys
 
-MODES = ("auto", "gpu", "sim")
+MODES = ("auto", "gpu", "sim", "compile")
 
 
 def _driver_sees_a_gpu():
@@ -39,12 +41,17 @@ def choose_mode():
         from numba.cuda.core import config
 
         mode = "sim" if config.ENABLE_CUDASIM else "gpu"
+        if wanted == "compile" and mode == "gpu":
+            return "compile"
         if wanted != "auto" and wanted != mode:
             raise RuntimeError(
                 f"numba.cuda was imported before workbook in {mode} mode, but WORKBOOK_DEVICE={wanted}. "
                 "Import workbook first (or restart the kernel)."
             )
         return mode
+    if wanted == "compile":
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+        return "compile"
     if wanted == "sim" or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         mode = "sim"
     elif wanted == "gpu":

@@ -29,6 +29,7 @@ import importlib.util
 import re
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -281,7 +282,9 @@ def evaluate(exercise, module):
         if exercise.kind != "fix":
             return Result(exercise, NOT_ATTEMPTED)
         try:  # the planted bug is where the student starts: show what the check says of it
-            exercise.check(module)
+            with warnings.catch_warnings():  # (NumPy's complaints about the bug's NaNs are noise here)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                exercise.check(module)
         except Exception as error:  # noqa: BLE001
             return Result(exercise, NOT_ATTEMPTED, "what the check says of the planted bug:\n" + _message(error))
         return Result(exercise, NOT_ATTEMPTED)

@@ -90,6 +90,7 @@ tests/test_warp_intrinsics.py checks all of the above against hand-computed expe
 passed on an H100 (results/nvidia-h100-80gb-hbm3/test_warp_intrinsics.log).
 """
 
+import contextlib
 import copy
 import os
 import struct
@@ -178,10 +179,19 @@ class _Collective:
 
 
 class _Thread(threading.Thread):
-    """One simulated CUDA thread; FakeCUDAModule finds it with threading.current_thread()."""
+    """A Python thread that plays one simulated CUDA thread at a time; FakeCUDAModule finds the one
+    it is playing with threading.current_thread().
 
-    def __init__(self, block, block_idx, thread_idx, thread_id):
-        super().__init__(daemon=True, name=f"cuda thread {tuple(thread_idx)} of block {tuple(block_idx)}")
+    Starting a Python thread costs far more than waking one (a launch of 256 threads x 200 blocks
+    would start 51,200), so threads are kept in a pool: between jobs a thread sleeps on `go`, and
+    `assign` gives it the next CUDA thread to play."""
+
+    def __init__(self):
+        super().__init__(daemon=True, name="simulated cuda thread")
+        self.go = threading.Lock()
+        self.go.acquire()  # released by assign(): "play this CUDA thread"
+
+    def assign(self, block, block_idx, thread_idx, thread_id):
         self.block = block
         self.blockIdx = Dim3(*block_idx)
         self.threadIdx = Dim3(*thread_idx)
@@ -194,19 +204,25 @@ class _Thread(threading.Thread):
         self.wake.acquire()
         self.result = None
         self.waiting_in = None  # (op name, mask) while waiting: what a deadlock report shows
+        if not self.is_alive():
+            self.start()
+        self.go.release()
 
     def run(self):
-        block = self.block
-        if block.debug:
-            np.seterr(divide="raise")
-        try:
-            block.kernel(*block.args)
-        except _Abort:
-            pass
-        except Exception as error:
-            block.thread_failed(self, error, sys.exc_info()[2])
-        finally:
-            block.thread_exited(self)
+        while True:
+            self.go.acquire()
+            block = self.block
+            try:
+                with np.errstate(divide="raise") if block.debug else contextlib.nullcontext():
+                    block.kernel(*block.args)
+            except _Abort:
+                pass
+            except Exception as error:
+                block.thread_failed(self, error, sys.exc_info()[2])
+            finally:
+                block.thread_exited(self)
+                self.block = block = None  # nothing of this launch stays reachable from the pool
+                _IDLE.append(self)  # last: from here on the next assign() may reuse this thread
 
     # numba's FakeCUDAModule (and GridGroup.sync) call these on the current thread.
     def syncthreads(self):
@@ -223,6 +239,16 @@ class _Thread(threading.Thread):
     def syncthreads_or(self, predicate):
         count, _ = self.block.barrier(self, "syncthreads_or", _integer_predicate("syncthreads_or", predicate))
         return 1 if count else 0
+
+
+_IDLE = []  # pooled threads waiting for a CUDA thread to play (list.append/pop are atomic)
+
+
+def _pooled_thread():
+    try:
+        return _IDLE.pop()
+    except IndexError:
+        return _Thread()
 
 
 class BlockScheduler:
@@ -253,16 +279,17 @@ class BlockScheduler:
         self.done = threading.Lock()
         self.done.acquire()
         self.finished = False
-        self.threads = [
-            _Thread(self, grid_point, (x, y, z), x + bx * (y + by * z))
-            for z in range(bz)
-            for y in range(by)
-            for x in range(bx)
-        ]
-        for thread in self.threads:
+        self.started = self.exited = 0
+        self.all_exited = threading.Condition(self.lock)
+        self.threads = [_pooled_thread() for _ in range(n_threads)]
+        thread_indices = ((x, y, z) for z in range(bz) for y in range(by) for x in range(bx))
+        for thread_id, (thread, thread_idx) in enumerate(zip(self.threads, thread_indices)):
             if self.failure is not None:
-                break  # a thread already failed: the launch is over
-            thread.start()
+                _IDLE.extend(self.threads[thread_id:])  # a thread already failed: the launch is over
+                del self.threads[thread_id:]
+                break
+            thread.assign(self, grid_point, thread_idx, thread_id)
+            self.started += 1
         self.done.acquire()
         if self.failure is not None:
             self._let_threads_unwind(seconds=2.0)
@@ -345,6 +372,8 @@ class BlockScheduler:
                 self._check_progress(warp)
             if self.live == 0:
                 self._finish()
+            self.exited += 1
+            self.all_exited.notify_all()
 
     # -- internals, all called with self.lock held ------------------------------------------------
 
@@ -416,12 +445,8 @@ class BlockScheduler:
 
     def _let_threads_unwind(self, seconds):
         """Give aborted threads a moment to leave the kernel, so that they do not overlap the next launch."""
-        import time
-
-        deadline = time.monotonic() + seconds
-        for thread in self.threads:
-            if thread.ident is not None:  # started
-                thread.join(max(0.0, deadline - time.monotonic()))
+        with self.lock:
+            self.all_exited.wait_for(lambda: self.exited == self.started, timeout=seconds)
 
     def _deadlock_report(self):
         name = getattr(self.kernel, "__name__", "?")
@@ -732,10 +757,26 @@ def install():
     global _stock_getitem
     _stock_getitem = kernel.FakeCUDAKernel.__getitem__
     kernel.FakeCUDAKernel.__getitem__ = _configured_copy
+    global _stock_call
+    _stock_call = kernel.FakeCUDAKernel.__call__
+    kernel.FakeCUDAKernel.__call__ = _compiled_call
     kernel._workbook_simulator_installed = True
 
 
 _stock_getitem = None
+_stock_call = None
+
+
+def _compiled_call(self, *args):
+    """A launch from the host is first compiled for a GPU with its argument types (workbook/compiler.py):
+    a kernel the GPU compiler rejects fails here, with numba's message, instead of passing a check."""
+    from numba.cuda.simulator import kernel
+
+    if not self._device and not kernel._kernel_context:
+        from . import compiler
+
+        compiler.check_launch(self, args)
+    return _stock_call(self, *args)
 
 
 def _configured_copy(self, configuration):

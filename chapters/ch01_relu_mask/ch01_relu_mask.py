@@ -110,6 +110,16 @@ workbook.show(k._relu_mask_trip)
 workbook.show(k.relu_mask_ballot_kernel)
 
 # %% [markdown]
+# What the GPU runs: `workbook.show_ptx` compiles the kernel for these argument types with numba's
+# real compiler (on a laptop too, with the `compile` extra installed) and prints the PTX lines that
+# match a pattern. A ballot is one instruction for the whole warp, `vote.sync.ballot.b32`: 8 of them
+# in the unrolled trip (one per row), 8 more in the bounds-checked last trip.
+
+# %%
+_x = np.zeros(64, np.float32)
+workbook.show_ptx(k.relu_mask_ballot_kernel, _x, _x, np.zeros(2, np.uint32), grep=r"vote\.")
+
+# %% [markdown]
 # Two details in that trip cost a lot when done the obvious way. The word is stored by *every*
 # lane (lanes j, j+8, j+16, j+24 store row j's word, the same value to the same address): written as
 # `if lane < 8: mask[...] = mine`, the compiler moves that loop-invariant test out of the loop and

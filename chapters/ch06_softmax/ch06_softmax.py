@@ -113,6 +113,14 @@ workbook.show(k.warp_softmax_kernel(2))
 workbook.show(k._warp_max)
 
 # %% [markdown]
+# In the PTX (`workbook.show_ptx`: numba's real compiler, on a laptop too with the `compile` extra)
+# each butterfly step is one `shfl.sync.bfly.b32`: 5 for the max, 5 for the sum, unrolled.
+
+# %%
+_rows = np.zeros((4, 64), np.float32)
+workbook.show_ptx(k.warp_softmax_kernel(2, full=True), _rows, _rows, grep=r"shfl\.")
+
+# %% [markdown]
 # ## Optimized: the online max-and-sum, and a block per row
 #
 # Above 1024 columns a row no longer fits a warp's registers. A block of 256 threads takes the

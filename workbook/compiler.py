@@ -1,0 +1,385 @@
+"""The real CUDA compiler on a machine without a GPU: every kernel the simulator runs is also compiled.
+
+numba's simulator runs a kernel as Python and never types it, so a kernel the GPU compiler would
+reject (a float ballot mask, a Python list, a float used as an index) can pass every check on a
+laptop. The compiler itself needs no GPU: numba-cuda's cu12 extra brings NVVM, and ptxas from the
+same wheels reports registers and spills. In simulator mode, `install()` makes every launch
+
+    1. type the kernel's arguments as a GPU launch would (dtype, dimensions, layout of each array),
+    2. compile the kernel once per signature, for compute capability 9.0 (the H100 the workbook is
+       measured on) and 7.0 (the oldest it supports), in a separate worker process,
+    3. raise GPUCompileError, with numba's message, if the GPU compiler rejects it.
+
+Why a worker process: in simulator mode `numba.cuda` *is* the simulator, and the real compiler
+cannot be imported beside it. The kernel travels to the worker by value (cloudpickle): its code, the
+constants it reads, and its device functions, each rebuilt there with the real `cuda.jit`.
+
+    WORKBOOK_COMPILE=auto   compile when the compiler is installed (the default; says once if not)
+    WORKBOOK_COMPILE=0      never (a launch costs no compile)
+    WORKBOOK_COMPILE_LOG=D  also append one JSON line per compile to D/compile-<pid>.jsonl
+                            (read by `python -m workbook compile`)
+
+Results are cached on disk (build/compile-cache/), so parallel test workers and later runs share them.
+"""
+
+import hashlib
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+import types as pytypes
+from pathlib import Path
+
+CCS = ((9, 0), (7, 0))  # the H100 the workbook is measured on, and the oldest GPU it supports
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "build" / "compile-cache"
+CACHE_FORMAT = 2  # bump when what a cached answer holds changes
+PROJECT_MODULES = ("chapters", "workbook", "_exercise_variant")
+
+
+class GPUCompileError(RuntimeError):
+    """A kernel that runs in the simulator but that the GPU compiler rejects."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Is the compiler here?
+
+
+_missing = []  # the answer of missing(), once known: it costs a Python start-up
+
+
+def missing():
+    """None if kernels can be compiled here, else what is missing (one line)."""
+    if not _missing:
+        _missing.append(_probe())
+    return _missing[0]
+
+
+def _probe():
+    try:
+        import cloudpickle  # noqa: F401
+    except ImportError:
+        return "cloudpickle is not installed"
+    probe = subprocess.run([sys.executable, "-c", "import cuda.bindings.nvvm"], capture_output=True, text=True,
+                           env=_worker_env())
+    if probe.returncode:
+        return "NVVM is not installed (pip install -e '.[compile]', which brings numba-cuda[cu12])"
+    return None
+
+
+def _worker_env():
+    return dict(os.environ, NUMBA_ENABLE_CUDASIM="0", WORKBOOK_DEVICE="compile",
+                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The simulator side: what a launch sends
+
+
+def argument_types(args):
+    """numba types of a launch's arguments, as a GPU launch would see them."""
+    import numpy as np
+    from numba import typeof
+
+    typed = []
+    for arg in args:
+        host = getattr(arg, "_ary", arg)  # the simulator's device arrays wrap a NumPy array
+        if isinstance(host, np.ndarray):
+            typed.append(typeof(host))
+        else:
+            typed.append(typeof(arg))
+    return tuple(typed)
+
+
+def _project_stand_in(value):
+    """A plain Python function of this project, called from a kernel: a simulator-only stand-in
+    (chapter 03's address helpers are intrinsics on a GPU and dictionaries in the simulator)."""
+    return (isinstance(value, pytypes.FunctionType) and not hasattr(value, "py_func")
+            and (value.__module__ or "").startswith(PROJECT_MODULES))
+
+
+def _referenced(fn):
+    """The globals and closure values a function's code reads (nested code included)."""
+    names, stack = set(), [fn.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if isinstance(c, pytypes.CodeType))
+    values = [fn.__globals__[name] for name in names if name in fn.__globals__]
+    values += [cell.cell_contents for cell in (fn.__closure__ or ()) if _has_contents(cell)]
+    return values
+
+
+def _has_contents(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def stand_ins(kernel, seen=None):
+    """Names of simulator-only stand-ins a kernel (or its device functions) calls."""
+    seen = seen if seen is not None else set()
+    fn = kernel.fn
+    if id(fn) in seen:
+        return []
+    seen.add(id(fn))
+    found = []
+    for value in _referenced(fn):
+        if _project_stand_in(value):
+            found.append(value.__name__)
+        elif hasattr(value, "fn") and hasattr(value, "_device"):
+            found += stand_ins(value, seen)
+    return found
+
+
+class _Pickler:
+    """cloudpickle, with the simulator's kernels turned into 'rebuild me with the real cuda.jit'."""
+
+    def __init__(self):
+        import cloudpickle
+
+        from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+        class Pickler(cloudpickle.Pickler):
+            def reducer_override(self, obj):
+                if isinstance(obj, FakeCUDAKernel):
+                    options = {"fastmath": obj._fastmath}
+                    if obj._device:
+                        options["device"] = True
+                    return (_rebuild, (obj.fn, options))
+                return super().reducer_override(obj)
+
+        self.pickler = Pickler
+
+    def dumps(self, value):
+        import io
+
+        buffer = io.BytesIO()
+        self.pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+        return buffer.getvalue()
+
+
+def _rebuild(fn, options):
+    """In the worker: the real cuda.jit of a function the simulator had."""
+    from numba import cuda
+
+    return cuda.jit(**options)(fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker: reads (fn, argument types, ccs) requests, answers with PTX facts or the error
+
+
+def _send(stream, value):
+    data = pickle.dumps(value)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream):
+    header = stream.read(8)
+    if len(header) < 8:
+        return None
+    (size,) = struct.unpack("<Q", header)
+    return pickle.loads(stream.read(size))
+
+
+def _ptx_facts(ptx, cc):
+    """Registers and spill bytes per thread from ptxas -v, where ptxas is installed."""
+    import re
+    import tempfile
+
+    ptxas = _ptxas()
+    if ptxas is None:
+        return {}
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as handle:
+        handle.write(ptx)
+    try:
+        done = subprocess.run([ptxas, f"-arch=sm_{cc[0]}{cc[1]}", "-v", handle.name, "-o", os.devnull],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        os.unlink(handle.name)
+    text = done.stderr + done.stdout
+    registers = re.findall(r"Used (\d+) registers", text)
+    spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)]
+    return {"registers": max(map(int, registers)) if registers else None,
+            "spill_bytes": max(spills) if spills else None}
+
+
+def _ptxas():
+    from shutil import which
+
+    try:
+        import nvidia.cuda_nvcc
+
+        candidate = Path(list(nvidia.cuda_nvcc.__path__)[0]) / "bin" / "ptxas"
+        if candidate.exists():
+            return str(candidate)
+    except ImportError:
+        pass
+    return which("ptxas")
+
+
+class _NoDevice:
+    """What numba asks of "the current device" while compiling a device function: only its compute
+    capability. There is no GPU in the worker, so it answers the capability being compiled for."""
+
+    compute_capability = CCS[0]
+
+
+def _compile_one(payload, argtypes, ccs):
+    import cloudpickle
+
+    from numba.cuda import compile_ptx, dispatcher
+
+    # numba compiles a kernel's device functions for get_current_device()'s capability, which
+    # would need a driver: answer it without one.
+    dispatcher.get_current_device = lambda: _NoDevice
+    results = []
+    for cc in ccs:
+        _NoDevice.compute_capability = cc
+        fn = cloudpickle.loads(payload)  # fresh device functions for each capability
+        ptx, _ = compile_ptx(fn, argtypes, cc=cc)
+        facts = {"cc": f"{cc[0]}.{cc[1]}", "ptx_lines": ptx.count("\n"), "ptx": ptx}
+        if cc == ccs[0]:
+            facts.update(_ptx_facts(ptx, cc))
+        results.append(facts)
+    return results
+
+
+def serve():
+    """Worker loop on stdin/stdout (binary): one request, one answer."""
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything printed while compiling must not corrupt the pipe
+    while True:
+        request = _receive(stdin)
+        if request is None:
+            return
+        payload, argtypes, ccs = request
+        try:
+            answer = {"ok": True, "targets": _compile_one(payload, argtypes, ccs)}
+        except Exception as error:  # noqa: BLE001  (numba's error is the answer)
+            answer = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        _send(stdout, answer)
+
+
+# ---------------------------------------------------------------------------------------------
+# The client, in the simulator process
+
+
+class Compiler:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.process = None
+        self.seen = {}  # (code object, argument types) -> answer
+        self.pickler = _Pickler()
+        self.log_dir = os.environ.get("WORKBOOK_COMPILE_LOG")
+
+    def _worker(self):
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen([sys.executable, "-m", "workbook.compiler", "--serve"],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env(),
+                                            cwd=ROOT)
+        return self.process
+
+    def compile(self, kernel, argtypes):
+        """The worker's answer for this kernel and signature (cached in memory and on disk)."""
+        key = (kernel.fn.__code__, argtypes)
+        with self.lock:
+            if key in self.seen:
+                return self.seen[key]
+            skipped = stand_ins(kernel)
+            if skipped:
+                answer = {"ok": None, "error": f"calls simulator stand-ins ({', '.join(sorted(set(skipped)))}), "
+                                               "which are intrinsics on a GPU: compiled on a GPU only"}
+            else:
+                payload = self.pickler.dumps(kernel.fn)
+                digest = hashlib.sha256(payload + repr((argtypes, CCS, CACHE_FORMAT)).encode()).hexdigest()
+                cached = CACHE / f"{digest}.json"
+                if cached.exists():
+                    answer = json.loads(cached.read_text())
+                else:
+                    worker = self._worker()
+                    _send(worker.stdin, (payload, argtypes, CCS))
+                    answer = _receive(worker.stdout)
+                    if answer is None:
+                        raise RuntimeError("the compile worker died; run `python -m workbook compile` to see why")
+                    CACHE.mkdir(parents=True, exist_ok=True)
+                    temporary = cached.with_suffix(f".{os.getpid()}.tmp")
+                    temporary.write_text(json.dumps(answer))
+                    temporary.replace(cached)
+            self.seen[key] = answer
+            self._log(kernel, argtypes, answer)
+            return answer
+
+    def _log(self, kernel, argtypes, answer):
+        if not self.log_dir:
+            return
+        fn = kernel.fn
+        record = {"kernel": f"{fn.__module__}.{fn.__qualname__}", "file": fn.__code__.co_filename,
+                  "line": fn.__code__.co_firstlineno, "signature": ", ".join(str(t) for t in argtypes),
+                  "ok": answer["ok"], "error": answer.get("error"),
+                  "targets": [{k: v for k, v in t.items() if k != "ptx"} for t in answer.get("targets", [])]}
+        Path(self.log_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(self.log_dir) / f"compile-{os.getpid()}.jsonl", "a") as log:
+            log.write(json.dumps(record) + "\n")
+
+
+_compiler = None
+_said_missing = False
+
+
+def wanted():
+    return os.environ.get("WORKBOOK_COMPILE", "auto").strip().lower() not in ("0", "no", "off", "false")
+
+
+def check_launch(kernel, args):
+    """Called by the simulator before each kernel launch: compile it for the GPU, raise if rejected."""
+    global _compiler, _said_missing
+    if not wanted():
+        return
+    if _compiler is None:
+        reason = missing()
+        if reason:
+            if not _said_missing:
+                print(f"workbook: kernels are not compiled for the GPU in this simulator run: {reason}.",
+                      file=sys.stderr)
+                _said_missing = True
+            os.environ["WORKBOOK_COMPILE"] = "0"
+            return
+        _compiler = Compiler()
+    argtypes = argument_types(args)
+    answer = _compiler.compile(kernel, argtypes)
+    if answer["ok"] is False:
+        fn = kernel.fn
+        raise GPUCompileError(
+            f"{fn.__qualname__} ({fn.__code__.co_filename}:{fn.__code__.co_firstlineno}) runs in the simulator "
+            f"but would not compile for a GPU with argument types ({', '.join(map(str, argtypes))}):\n"
+            f"{answer['error']}")
+
+
+def ptx(kernel, argtypes, cc=CCS[0]):
+    """The PTX of a kernel for the given numba argument types (simulator mode, via the worker)."""
+    global _compiler
+    if _compiler is None:
+        reason = missing()
+        if reason:
+            raise RuntimeError(f"cannot compile here: {reason}")
+        _compiler = Compiler()
+    if tuple(cc) not in CCS:
+        raise ValueError(f"compute capability {cc}: the workbook compiles for {CCS} only")
+    answer = _compiler.compile(kernel, tuple(argtypes))
+    if answer["ok"] is None:
+        raise GPUCompileError(f"{kernel.fn.__qualname__} {answer['error']}")
+    if not answer["ok"]:
+        raise GPUCompileError(answer["error"])
+    return answer["targets"][CCS.index(tuple(cc))]["ptx"]
+
+
+if __name__ == "__main__" and "--serve" in sys.argv:
+    serve()
