@@ -7,8 +7,8 @@ from chapters.ch00_measuring import kernels as k
 from workbook import Launch, assert_close, cuda
 
 SIZES = [1, 31, 32, 33, 255, 257, 1000, workbook.size(gpu=(1 << 22) + 7, sim=2049)]
-COPIES = [k.copy_one_per_thread, k.copy_grid_stride, k.copy_grid_stride_wide]
-AXPYS = [k.axpy_one_per_thread, k.axpy_grid_stride]
+COPIES = [k.copy_one_per_thread, k.copy_grid_stride, k.copy_grid_stride_wide, k.copy_quads]
+AXPYS = [k.axpy_one_per_thread, k.axpy_grid_stride, k.axpy_quads]
 
 
 def data(n, dtype=np.float32, seed=0):
@@ -60,3 +60,24 @@ def test_bad_input_is_a_clear_error():
                            cuda.to_device(src))
     with pytest.raises(ValueError, match="stride"):
         k.gather_strided(cuda.to_device(src), cuda.device_array(10, np.float32), 0)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 33, 1001])
+def test_quads_at_every_alignment(offset, n):
+    # Views starting 0..3 elements into an aligned buffer: only offset 0 is 16-byte aligned, the
+    # others must take the 4-byte kernel (a quad there would fault on a GPU), all must be right.
+    base_x, base_y = data(n + 3), data(n + 3, seed=1)
+    x, y = cuda.to_device(base_x)[offset:offset + n], cuda.to_device(base_y)[offset:offset + n]
+    out = cuda.to_device(np.full(n + 3, 7.0, np.float32))[offset:offset + n]
+    assert_close(k.copy_quads(x, out), base_x[offset:offset + n], exact=True, name=f"copy offset {offset}")
+    assert_close(k.axpy_quads(0.5, x, y, out), k.axpy_reference(0.5, base_x[offset:offset + n],
+                                                                base_y[offset:offset + n]),
+                 name=f"axpy offset {offset}")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.uint32])
+def test_copy_quads_moves_any_4_or_8_byte_dtype(dtype):
+    src = (data(103) * 1000).astype(dtype)
+    out = k.copy_quads(cuda.to_device(src), cuda.device_array(103, dtype=dtype))
+    assert_close(out, src, exact=True)

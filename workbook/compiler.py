@@ -98,6 +98,7 @@ def _project_stand_in(value):
     """A plain Python function of this project, called from a kernel: a simulator-only stand-in
     (chapter 03's address helpers are intrinsics on a GPU and dictionaries in the simulator)."""
     return (isinstance(value, pytypes.FunctionType) and not hasattr(value, "py_func")
+            and not getattr(value, "gpu_intrinsic", False)  # workbook/memory.py's: the worker has the real ones
             and (value.__module__ or "").startswith(PROJECT_MODULES))
 
 

@@ -20,7 +20,9 @@
 # - the one idea every later chapter rests on: **memory coalescing** — a warp's 32 loads should
 #   fall on consecutive addresses;
 # - why a grid sized to the machine, with several independent loads in flight per thread, beats a
-#   grid with one element per thread, and what "wider loads" buy on top.
+#   grid with one element per thread, and what "wider loads" buy on top;
+# - how to reach an instruction numba does not expose — the 16-byte load `ld.global.v4.f32` —
+#   through an *intrinsic* (`workbook/memory.py`), and how to read the PTX to see that you got it.
 #
 # Every chapter has the same skeleton: NumPy reference → naive kernel → optimized kernel → check →
 # benchmark (sweep + plot) → what the numbers mean → exercises.
@@ -63,6 +65,55 @@ workbook.show(k.copy_one_per_thread_kernel)
 workbook.show(k.copy_grid_stride_kernel)
 
 # %% [markdown]
+# ## 16 bytes per access: an instruction numba does not expose
+#
+# `src[i]` on a float32 array compiles to a 4-byte load, `ld.global.f32`, and numba has no wider
+# one. The GPU has: `ld.global.v4.f32` moves 16 bytes — four floats — in one instruction. Why it
+# matters for a kernel that only moves memory:
+#
+# - **instructions**: a copy of 2^28 floats issues 2^28 loads and 2^28 stores at 4 bytes each, a
+#   quarter as many at 16 bytes. Fewer instructions to issue and fewer memory requests to track;
+# - **bytes in flight**: HBM has a latency of ~600 ns, so the rate a thread can sustain is the bytes
+#   it has *outstanding* divided by that latency. Four 4-byte loads in flight are 16 bytes per thread;
+#   four 16-byte loads are 64.
+#
+# numba lets a kernel call an **intrinsic**: a function whose body is LLVM IR, written when the
+# kernel is compiled. `workbook/memory.py` has four: `load4(a, i)` returns `a[i..i+3]` as a tuple,
+# `store4(a, i, quad)` writes one, and `shared_load4` / `shared_store4` do the same in shared
+# memory. Each takes the array's data pointer, steps to element `i`, casts the pointer to the
+# global address space and to a pointer to a `<4 x float>` vector, and loads that vector with
+# 16-byte alignment; NVVM turns that into `ld.global.v4.f32`. The rules are the hardware's: `i` a
+# multiple of 4 and the array's first element 16-byte aligned (a view `a[1:]` is not), or the GPU
+# faults with "misaligned address"; so the kernel moves whole quads 4-wide and the last `n % 4`
+# elements one by one, and its wrapper checks `memory.aligned(...)` and takes the 4-byte kernel
+# when it is not. In the simulator the same functions run element by element and raise an error
+# for a misaligned or out-of-range quad, where a GPU would fault or silently read past the end.
+
+# %%
+workbook.show(k.copy_quads_kernel)
+
+# %% [markdown]
+# Notice the shape: *one* quad per thread, on a grid sized to the data — not the grid-stride loop
+# that won with 4-byte loads. A quad already puts 16 bytes in flight per thread with one load. On
+# the H100, with this chapter's benchmark at 2^28 floats, a grid-stride quad copy (4 quads in
+# flight, 8 blocks of 256 threads per SM) reached 0.935 of torch's `copy_`; this one 1.00.
+# `quad_sweep.py` in this folder times 36 grid-stride shapes (1, 2 or 4 quads in flight, 128-512
+# threads, 2-32 blocks per SM) more roughly, each against torch separately: 0.76-0.92 of torch,
+# and 0.91-0.94 for a quad per thread (`results/.../ch00_quad_sweep.log`). torch's copy kernel is
+# a data-sized grid too.
+
+# %% [markdown]
+# **Did we get the instruction?** Read the PTX, the GPU's assembly language, that numba generates
+# for these argument types. `workbook.show_ptx` compiles the kernel with numba's real compiler —
+# on a laptop too, with the `compile` extra — and prints the lines that match a pattern. (On a GPU,
+# `kernel.inspect_asm(signature)` gives the same text for a kernel already compiled.) One 16-byte
+# load and one 16-byte store per thread, then the tail's 4-byte copies:
+
+# %%
+_words = np.zeros(8, np.uint32)  # copy_quads copies any 4- or 8-byte dtype as uint32 quads
+workbook.show_ptx(k.copy_quads_kernel, _words, _words, grep=r"(ld|st)\.global")
+
+# %% [markdown]
 # ## Check first
 #
 # A kernel is right before it is fast. The sizes that break kernels are the small and the odd
@@ -76,10 +127,10 @@ for n in odd_sizes:
     src = rng.standard_normal(n).astype(np.float32)
     y = rng.standard_normal(n).astype(np.float32)
     d_src, d_y = cuda.to_device(src), cuda.to_device(y)
-    for copy in (k.copy_one_per_thread, k.copy_grid_stride, k.copy_grid_stride_wide):
+    for copy in (k.copy_one_per_thread, k.copy_grid_stride, k.copy_grid_stride_wide, k.copy_quads):
         out = copy(d_src, cuda.device_array_like(d_src))
         workbook.assert_close(out, k.copy_reference(src), exact=True, name=f"{copy.__name__} n={n}")
-    for axpy in (k.axpy_one_per_thread, k.axpy_grid_stride):
+    for axpy in (k.axpy_one_per_thread, k.axpy_grid_stride, k.axpy_quads):
         out = axpy(2.5, d_src, d_y, cuda.device_array_like(d_src))
         workbook.assert_close(out, k.axpy_reference(2.5, src, y), name=f"{axpy.__name__} n={n}")
 print("all kernels agree with NumPy at sizes", odd_sizes)
@@ -104,6 +155,7 @@ copy_result = chapter.compare(
         "one per thread": lambda: k.copy_one_per_thread(src, dst),
         "grid-stride x4": lambda: k.copy_grid_stride(src, dst),
         "grid-stride x4, 8-byte words": lambda: k.copy_grid_stride_wide(src, dst),
+        "16-byte quads, a quad per thread": lambda: k.copy_quads(src, dst),
     },
     reference=lambda: src.copy_to_host(),
     check=lambda out, ref, name: workbook.assert_close(out, ref, exact=True, name=name),
@@ -131,6 +183,7 @@ axpy_result = chapter.compare(
     {
         "one per thread": lambda: k.axpy_one_per_thread(2.5, x, y, out),
         "grid-stride x4": lambda: k.axpy_grid_stride(2.5, x, y, out),
+        "grid-stride x2, 16-byte quads": lambda: k.axpy_quads(2.5, x, y, out),
     },
     reference=lambda: k.axpy_reference(2.5, x.copy_to_host(), y.copy_to_host()),
     baselines={"torch add(alpha=)": lambda: __import__("torch").add(torch_y, torch_x, alpha=2.5, out=torch_out)},
@@ -177,7 +230,8 @@ if workbook.ON_GPU:
 # %%
 sweep_sizes = [1 << p for p in (range(16, 29, 2) if workbook.ON_GPU else range(6, 13, 2))]
 sweep_results = {}
-series = {"one per thread": [], "grid-stride x4": [], "grid-stride x4, 8-byte words": [], "torch copy_": []}
+series = {"one per thread": [], "grid-stride x4": [], "grid-stride x4, 8-byte words": [],
+          "16-byte quads, a quad per thread": [], "torch copy_": []}
 for size in sweep_sizes:
     s_src = cuda.to_device(rng.standard_normal(size).astype(np.float32))
     s_dst = cuda.device_array_like(s_src)
@@ -188,6 +242,7 @@ for size in sweep_sizes:
             "one per thread": lambda: k.copy_one_per_thread(s_src, s_dst),
             "grid-stride x4": lambda: k.copy_grid_stride(s_src, s_dst),
             "grid-stride x4, 8-byte words": lambda: k.copy_grid_stride_wide(s_src, s_dst),
+            "16-byte quads, a quad per thread": lambda: k.copy_quads(s_src, s_dst),
         },
         reference=lambda: s_src.copy_to_host(),
         baselines={"torch copy_": lambda: t_dst.copy_(t_src)},
@@ -203,6 +258,8 @@ for size in sweep_sizes:
 if workbook.ON_GPU:
     chapter.bar("optimized copy vs torch copy_ (same run), n=2^28",
                 sweep_results[1 << 28].ratio("torch copy_", "grid-stride x4, 8-byte words"), at_least=0.9)
+    chapter.bar("16-byte copy vs torch copy_ (same run), n=2^28",
+                sweep_results[1 << 28].ratio("torch copy_", "16-byte quads, a quad per thread"), at_least=0.97)
     ceiling = workbook.bench.copy_ceiling()["gbps"]
     figure = plots.sweep(sweep_sizes, series, ceiling=ceiling, xlabel="float32 elements",
                          ylabel="GB/s (read + written)", title="Copy bandwidth vs size")
@@ -217,8 +274,9 @@ else:
 # - Both copies are coalesced; the difference is **work in flight**. One element per thread
 #   launches n/256 blocks that each live for one load; the grid-stride kernel keeps every SM full
 #   for the whole run and has four loads outstanding per thread.
-# - **Wider words** move the same bytes with half the load and store instructions; that is how a
-#   numba kernel gets close to the driver's copy.
+# - **Wider words** move the same bytes with half (8 bytes) or a quarter (16 bytes) of the load and
+#   store instructions, and keep more bytes in flight per thread; the 16-byte quads need an
+#   intrinsic, since numba exposes no such load, and the PTX shows whether the compiler emitted it.
 # - **Strided access** wastes the sector: at stride ≥ 8 the useful bandwidth falls by ~8x and
 #   stays there (compare the stored figures above), the cost every later chapter avoids.
 
@@ -253,7 +311,8 @@ exercises.show("ch00.4")
 # %% [markdown]
 # ## More to try
 # 1. Change `LOADS_IN_FLIGHT`'s kernel to 2 and to 8 loads per trip. Predict, then measure.
-# 2. Write a 16-byte-word copy (view float32 pairs as `complex128`). Does it beat the 8-byte one?
+# 2. Write `copy_quads_kernel` as a grid-stride loop with 1, 2 and 4 quads in flight per trip, and
+#    measure it against the one-quad-per-thread kernel. (On the H100 none of those reached it.)
 # 3. Make `gather_strided` read `src[(i * stride) % n]`: every element is used, but is it fast?
 # 4. Break the copy on purpose (drop the tail loop) and read what `assert_close` tells you.
 #

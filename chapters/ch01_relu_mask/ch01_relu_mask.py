@@ -431,8 +431,9 @@ else:
 #   128-byte rows, and builds a word with one instruction instead of 8 compares, shifts and ORs.
 # - **Ballot vs torch.relu.** The mask adds 1/64 to the bytes; what is left of the gap is how close a
 #   numba kernel gets to torch's vectorised (16-byte) loads and stores — chapter 00 measured that gap
-#   for a plain copy. The 8-byte-word kernels close part of it; numba has no 16-byte access to a
-#   float32 array.
+#   for a plain copy. The 8-byte-word kernels close part of it. numba itself has no 16-byte access
+#   to a float32 array; chapter 00 builds one (`workbook/memory.py`: `load4`/`store4`, one
+#   `ld.global.v4.f32` each), which these kernels do not use yet.
 # - **Divergence costs bandwidth.** A lane-only `if` around the mask store, hoisted out of the loop by
 #   the compiler, splits every load and store of the warp in two: this is what the first H100 run of
 #   this chapter measured (the ballot kernel at 81% of the copy ceiling, against 89% for the

@@ -1,0 +1,131 @@
+"""workbook.memory: 4-wide loads and stores, the same results in the simulator and on a GPU, and
+the instructions they claim in the PTX."""
+
+import workbook  # noqa: I001  (first: it picks GPU or simulator before numba.cuda is imported)
+
+import numpy as np
+import pytest
+
+from workbook import assert_close, cuda, memory
+from workbook.memory import load4, shared_load4, shared_store4, store4
+
+SIM = workbook.MODE == "sim"
+BIG = workbook.size(gpu=(1 << 22) + 5, sim=1029)
+
+
+@cuda.jit
+def scale_quads_kernel(src, dst, factor):
+    # dst = src * factor: whole quads 4-wide, the n % 4 tail one element per thread
+    n = src.size
+    q = cuda.grid(1)
+    while q < n // 4:
+        a, b, c, d = load4(src, 4 * q)
+        store4(dst, 4 * q, (a * factor, b * factor, c * factor, d * factor))
+        q += cuda.gridsize(1)
+    i = (n // 4) * 4 + cuda.grid(1)
+    if i < n:
+        dst[i] = src[i] * factor
+
+
+@cuda.jit
+def reverse_quads_in_shared_kernel(src, dst):
+    # One block of 64 threads: stage 256 float32 in shared memory 4-wide, read them back reversed
+    # quad by quad (a barrier between): shared_store4 / shared_load4 of other threads' quads.
+    tile = cuda.shared.array(256, np.float32)
+    t = cuda.threadIdx.x
+    shared_store4(tile, 4 * t, load4(src, 4 * t))
+    cuda.syncthreads()
+    store4(dst, 4 * t, shared_load4(tile, 4 * (63 - t)))
+
+
+@cuda.jit
+def load_quad_kernel(src, index, out):
+    a, b, c, d = load4(src, index)
+    out[0], out[1], out[2], out[3] = a, b, c, d
+
+
+def scale_quads(src, dst, factor):
+    threads = 64
+    blocks = max(1, min(64, -(-src.size // (4 * threads))))
+    scale_quads_kernel[blocks, threads](src, dst, src.dtype.type(factor))
+    return dst
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+@pytest.mark.parametrize("n", [*range(1, 34), BIG])
+def test_quads_and_tail_at_every_size(dtype, n):
+    src = (np.random.default_rng(n).standard_normal(n) * 50).astype(dtype)
+    out = scale_quads(cuda.to_device(src), cuda.to_device(np.full(n, 7, dtype)), 3)
+    assert_close(out, src * dtype(3), exact=True, name=f"{np.dtype(dtype).name} n={n}")
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+def test_alignment_offsets(offset):
+    # A view `offset` elements into an aligned buffer is 16-byte aligned only for offset 0.
+    n = 37
+    base = cuda.to_device(np.arange(n + 3, dtype=np.float32))
+    view = base[offset:offset + n]
+    assert memory.aligned(view) == (offset == 0)
+    if offset == 0:
+        out = scale_quads(view, cuda.device_array(n, np.float32), 2)
+        assert_close(out, 2 * np.arange(n, dtype=np.float32), exact=True)
+
+
+def test_shared_quads():
+    src = np.arange(256, dtype=np.float32)
+    out = cuda.to_device(np.full(256, -1, np.float32))
+    reverse_quads_in_shared_kernel[1, 64](cuda.to_device(src), out)
+    expected = src.reshape(64, 4)[::-1].reshape(-1)
+    assert_close(out, expected, exact=True)
+
+
+def test_float16_rounds_like_numpy():
+    src = np.array([1.0, 2049.0, 65504.0, 1e-8], np.float32)
+    out = cuda.to_device(np.zeros(4, np.float16))
+
+    # store4 converts each value to the array's dtype (round to nearest even), as `out[i] = v` does
+    @cuda.jit
+    def half_store_kernel(src, out):
+        store4(out, 0, load4(src, 0))
+
+    half_store_kernel[1, 1](cuda.to_device(src), out)
+    np.testing.assert_array_equal(out.copy_to_host(), src.astype(np.float16))
+
+
+@pytest.mark.skipif(not SIM, reason="on a GPU a misaligned quad faults the context and one past the end is unchecked")
+def test_simulator_rejects_what_a_gpu_would_fault_on():
+    src = cuda.to_device(np.arange(12, dtype=np.float32))
+    out = cuda.device_array(4, np.float32)
+    with pytest.raises(ValueError, match="misaligned address: element 2 is not a multiple of 4"):
+        load_quad_kernel[1, 1](src, 2, out)
+    with pytest.raises(ValueError, match="first element is not 16-byte aligned"):
+        load_quad_kernel[1, 1](src[1:], 0, out)
+    with pytest.raises(IndexError, match="past the end"):
+        load_quad_kernel[1, 1](src, 12, out)
+    load_quad_kernel[1, 1](src, 8, out)
+    np.testing.assert_array_equal(out.copy_to_host(), [8, 9, 10, 11])
+
+
+# The instructions: checked on a GPU, and on a laptop through the compile extra.
+
+needs_compiler = pytest.mark.skipif(SIM and __import__("workbook.compiler").compiler.missing() is not None,
+                                    reason="no GPU compiler here (pip install -e '.[compile]')")
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype, load, store", [
+    (np.float32, "ld.global.v4.f32", "st.global.v4.f32"),
+    (np.int32, "ld.global.v4.u32", "st.global.v4.u32"),
+    (np.float16, "ld.global.v4.u16", "st.global.v4.u16"),  # 8 bytes: four halves
+])
+def test_ptx_has_the_wide_instructions(dtype, load, store):
+    x = np.zeros(8, dtype)
+    ptx = workbook.show_ptx(scale_quads_kernel, x, x, np.dtype(dtype).type(1), grep=r"\.global")
+    assert load in ptx and store in ptx
+
+
+@needs_compiler
+def test_ptx_of_shared_quads():
+    x = np.zeros(256, np.float32)
+    ptx = workbook.show_ptx(reverse_quads_in_shared_kernel, x, x, grep=r"\.shared")
+    assert "st.shared.v4.f32" in ptx and "ld.shared.v4.f32" in ptx

@@ -1,0 +1,158 @@
+"""Wide loads and stores for numba.cuda kernels: four elements in one instruction.
+
+numba turns `x[i]` on a float32 array into a 4-byte load (`ld.global.f32`) and offers nothing wider.
+A GPU can move 16 bytes per thread in one instruction (`ld.global.v4.f32`): a quarter of the load
+instructions for the same bytes, and four times the bytes each load keeps in flight, which is what
+a memory-bound kernel needs to get close to the copy ceiling. These four functions reach it:
+
+    load4(a, i)              -> (a[i], a[i+1], a[i+2], a[i+3])     one 4-wide load from global memory
+    store4(a, i, quad)       a[i..i+3] = quad (a 4-tuple)            one 4-wide store to global memory
+    shared_load4(s, i)       the same on a cuda.shared.array        ld.shared.v4
+    shared_store4(s, i, quad)                                       st.shared.v4
+
+`a` is a C-contiguous array of any dimension and `i` a flat element index (row * ncols + col for a
+2-D array). Four elements of a's dtype move at once: 16 bytes of float32 or int32/uint32
+(`.v4.f32`, `.v4.b32`), 8 bytes of float16. The tuple has a's dtype; a store converts to it.
+
+The rules are the hardware's: the address of a[i] must be a multiple of the width (16 bytes for
+float32: i % 4 == 0 and the array's first element 16-byte aligned), and a[i+3] must exist. A GPU
+faults on a misaligned vector access ("misaligned address") and reads or writes past the end
+without a word. So a kernel uses them for the whole quads of an aligned array and plain indexing
+for the tail, and its host wrapper checks `aligned(a)` and takes a scalar kernel when it is not.
+
+How: each is a numba `@intrinsic`, a function whose body is LLVM IR written at compile time. It
+takes the array's data pointer, steps to element i, casts the pointer to global (address space 1)
+or shared (3) memory and to a pointer to a vector of 4 elements, and loads or stores that vector
+with its alignment. NVVM turns a 16-byte-aligned <4 x float> access in address space 1 into
+`ld.global.v4.f32`; `workbook.show_ptx(kernel, ..., grep=r"\\.v4")` shows it. (The other route,
+inline PTX through `llvmlite.ir.InlineAsm`, works too, but a store written as inline assembly has no
+outputs, so unless it is declared to have side effects LLVM deletes it as dead code; and the
+compiler cannot schedule around assembly it does not understand. A vector access in IR has neither
+problem.)
+
+In the simulator the same names are plain Python, element by element, and they check what the
+GPU would not forgive: a misaligned index or array, and a quad past the end, raise an error that
+says so. `python -m workbook compile` (the compile extra) compiles the real intrinsics without a
+GPU, so a kernel using them is typed and compiled on a laptop too.
+"""
+
+import numpy as np
+
+from . import MODE
+
+WIDTH = 4  # elements per access
+GLOBAL, SHARED = 1, 3  # NVVM's address spaces
+
+
+def aligned(array, bytes_=None):
+    """Is the array's first element aligned for 4-wide access (16 bytes for float32)? Host side:
+    a device array on a GPU, a simulator device array, or a NumPy array."""
+    itemsize = np.dtype(array.dtype).itemsize
+    bytes_ = bytes_ or WIDTH * itemsize
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is not None and MODE == "gpu":
+        address = interface["data"][0] or 0
+    else:
+        host = getattr(array, "_ary", array)
+        address = np.asarray(host).__array_interface__["data"][0]
+    return address % bytes_ == 0
+
+
+if MODE != "sim":  # a GPU, or the compile worker (workbook/compiler.py): the real intrinsics
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def _quad_pointer(context, builder, array_type, array, index, index_type, address_space):
+        """&a[index] as a pointer to <4 x dtype> in the given address space."""
+        element = context.get_data_type(array_type.dtype)
+        data = context.make_array(array_type)(context, builder, array).data
+        index = context.cast(builder, index, index_type, types.intp)
+        address = builder.addrspacecast(builder.gep(data, [index]), ir.PointerType(element, address_space))
+        vector = ir.VectorType(element, WIDTH)
+        return builder.bitcast(address, ir.PointerType(vector, address_space)), WIDTH * array_type.dtype.bitwidth // 8
+
+    def _wide_types_ok(array, index):
+        return (isinstance(array, types.Array) and array.layout == "C" and isinstance(index, types.Integer)
+                and isinstance(array.dtype, (types.Float, types.Integer)))
+
+    def _make_load(address_space):
+        def load(typingctx, array, index):
+            if not _wide_types_ok(array, index):
+                return None
+            quad = types.UniTuple(array.dtype, WIDTH)
+
+            def codegen(context, builder, signature, args):
+                pointer, alignment = _quad_pointer(context, builder, signature.args[0], args[0], args[1],
+                                                   signature.args[1], address_space)
+                loaded = builder.load(pointer, align=alignment)
+                values = [builder.extract_element(loaded, ir.Constant(ir.IntType(32), k)) for k in range(WIDTH)]
+                return context.make_tuple(builder, quad, values)
+
+            return quad(array, index), codegen
+
+        return load
+
+    def _make_store(address_space):
+        def store(typingctx, array, index, quad):
+            if not _wide_types_ok(array, index) or not isinstance(quad, types.BaseTuple) or len(quad) != WIDTH:
+                return None
+
+            def codegen(context, builder, signature, args):
+                array_type, index_type, quad_type = signature.args
+                pointer, alignment = _quad_pointer(context, builder, array_type, args[0], args[1], index_type,
+                                                   address_space)
+                vector = ir.Constant(ir.VectorType(context.get_data_type(array_type.dtype), WIDTH), ir.Undefined)
+                for k in range(WIDTH):
+                    value = context.cast(builder, builder.extract_value(args[2], k), quad_type[k], array_type.dtype)
+                    vector = builder.insert_element(vector, value, ir.Constant(ir.IntType(32), k))
+                builder.store(vector, pointer, align=alignment)
+                return context.get_dummy_value()
+
+            return types.none(array, index, quad), codegen
+
+        return store
+
+    load4 = intrinsic(_make_load(GLOBAL))
+    store4 = intrinsic(_make_store(GLOBAL))
+    shared_load4 = intrinsic(_make_load(SHARED))
+    shared_store4 = intrinsic(_make_store(SHARED))
+
+else:  # the simulator: element by element, checking what a GPU would fault on
+
+    def _check(array, index, name):
+        host = getattr(array, "_ary", array)
+        itemsize = host.dtype.itemsize
+        if not host.flags.c_contiguous:
+            raise TypeError(f"{name}: the array must be C-contiguous (numba's compiler would reject it)")
+        if index % WIDTH:
+            raise ValueError(f"{name}: misaligned address: element {index} is not a multiple of {WIDTH} "
+                             f"({WIDTH * itemsize}-byte access); a GPU faults here")
+        if host.__array_interface__["data"][0] % (WIDTH * itemsize):
+            raise ValueError(f"{name}: misaligned address: the array's first element is not "
+                             f"{WIDTH * itemsize}-byte aligned (a view at an odd offset?); a GPU faults here")
+        if not 0 <= index <= host.size - WIDTH:
+            raise IndexError(f"{name}: elements {index}..{index + WIDTH - 1} of an array of {host.size}: "
+                             "past the end (a GPU would not notice; handle the tail with plain indexing)")
+        return host.reshape(-1)
+
+    def load4(array, index):
+        flat = _check(array, index, "load4")
+        return tuple(flat[index + k] for k in range(WIDTH))
+
+    def store4(array, index, quad):
+        flat = _check(array, index, "store4")
+        for k in range(WIDTH):
+            flat[index + k] = quad[k]  # NumPy converts (and rounds float32 -> float16) as the GPU does
+
+    def shared_load4(array, index):
+        flat = _check(array, index, "shared_load4")
+        return tuple(flat[index + k] for k in range(WIDTH))
+
+    def shared_store4(array, index, quad):
+        flat = _check(array, index, "shared_store4")
+        for k in range(WIDTH):
+            flat[index + k] = quad[k]
+
+    for _function in (load4, store4, shared_load4, shared_store4):
+        _function.gpu_intrinsic = True  # workbook/compiler.py: the worker compiles the real one
