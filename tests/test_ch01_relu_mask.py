@@ -10,8 +10,8 @@ from chapters.ch01_relu_mask import kernels as k
 
 LARGE_ODD = workbook.size(gpu=(1 << 22) + 7, sim=3001)
 SIZES = [1, 31, 32, 33, 1000, 257 * 3, LARGE_ODD]  # 771: not a multiple of a block or of a 256-element trip
-FORWARDS = [k.relu_mask_sequential, k.relu_mask_ballot, k.relu_mask_wide]
-SIZES_WIDE = [2, 63, 64, 65, 511, 513]  # pairs, rows of 64 and trips of 256 elements, odd and even
+FORWARDS = [k.relu_mask_sequential, k.relu_mask_ballot, k.relu_mask_wide, k.relu_mask_quads]
+SIZES_WIDE = [2, 63, 64, 65, 127, 129, 511, 513]  # pairs, rows of 64, warps of 128 quads, trips of 256
 
 
 def special_inputs(n, seed=0):
@@ -83,7 +83,7 @@ def test_wide_kernels_reject_misaligned_views():
 
 
 @pytest.mark.parametrize("n", SIZES + SIZES_WIDE)
-@pytest.mark.parametrize("source", ["mask", "mask, 8-byte words", "y"])
+@pytest.mark.parametrize("source", ["mask", "mask, 8-byte words", "mask, 16-byte quads", "y"])
 def test_backward_matches_reference(n, source):
     x = special_inputs(n, seed=2)
     y_ref, mask_ref = k.relu_mask_reference(x)
@@ -97,6 +97,8 @@ def test_backward_matches_reference(n, source):
         out = k.relu_backward_from_mask(d_dy, cuda.to_device(mask_ref), dx)
     elif source == "mask, 8-byte words":
         out = k.relu_backward_from_mask_wide(d_dy, cuda.to_device(mask_ref), dx)
+    elif source == "mask, 16-byte quads":
+        out = k.relu_backward_from_mask_quads(d_dy, cuda.to_device(mask_ref), dx)
     else:
         out = k.relu_backward_from_y(d_dy, cuda.to_device(y_ref), dx)
     workbook.assert_close(out, expected, exact=True)
@@ -142,8 +144,8 @@ def test_forward_rejects_bad_arguments():
                     cuda.device_array(0, np.uint32))
 
 
-@pytest.mark.parametrize("backward", [k.relu_backward_from_mask, k.relu_backward_from_mask_wide],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backward", [k.relu_backward_from_mask, k.relu_backward_from_mask_wide,
+                                      k.relu_backward_from_mask_quads], ids=lambda f: f.__name__)
 def test_backward_rejects_bad_arguments(backward):
     n = 64
     dy, dx = cuda.device_array(n, np.float32), cuda.device_array(n, np.float32)
@@ -276,3 +278,23 @@ def test_notebook_matches_its_source():
     from workbook.__main__ import main
 
     assert main(["notebooks", "--check", "ch01"]) == 0
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+def test_quads_at_every_alignment(offset):
+    # Views 0..3 elements into aligned buffers: offset 0 takes the 16-byte kernels, the others the
+    # 4-byte ones; all must agree with NumPy.
+    n = 301
+    x = special_inputs(n + 3, seed=7)
+    dy = np.random.default_rng(7).standard_normal(n + 3).astype(np.float32)
+    d_x, d_dy = cuda.to_device(x)[offset:offset + n], cuda.to_device(dy)[offset:offset + n]
+    y = cuda.to_device(np.full(n + 3, 7.0, np.float32))[offset:offset + n]
+    mask = cuda.to_device(np.full(k.mask_words(n), 0xDEADBEEF, np.uint32))
+    k.relu_mask_quads(d_x, y, mask)
+    y_ref, mask_ref = k.relu_mask_reference(x[offset:offset + n])
+    workbook.assert_close(y, y_ref, exact=True, name=f"y, offset {offset}")
+    workbook.assert_bitmask(mask, x[offset:offset + n] > 0, name=f"mask, offset {offset}")
+    dx = cuda.to_device(np.full(n + 3, 7.0, np.float32))[offset:offset + n]
+    k.relu_backward_from_mask_quads(d_dy, mask, dx)
+    workbook.assert_close(dx, k.relu_backward_reference(dy[offset:offset + n], x[offset:offset + n] > 0),
+                          exact=True, name=f"dx, offset {offset}")

@@ -151,6 +151,24 @@ workbook.show(k._relu_mask_wide_trip)
 workbook.show(k._backward_from_mask_trip)
 
 # %% [markdown]
+# ## Optimized further: 16-byte quads
+#
+# Chapter 00 built a 16-byte load and store numba does not have (`workbook/memory.py`'s `load4` and
+# `store4`: one `ld.global.v4.f32` / `st.global.v4.f32`) and found that its best copy gives each
+# thread *one* quad on a grid sized to the data. Here is the mask kernel in that shape. A warp now
+# covers 32 quads = 128 elements = 4 mask words, and lane *k* holds elements 4k..4k+3, so one
+# ballot no longer gives a mask word: four ballots do, one per position *j* in the quad (bit *k* of
+# ballot *j* is element 4k + j). Word *w* takes byte *w* of each ballot, its bits spread 4 apart
+# (`_spread8`) and shifted by *j*. The backward pass reads a 4-bit nibble of the mask per quad.
+
+# %%
+workbook.show(k._spread8)
+workbook.show(k.relu_mask_quads_kernel)
+workbook.show(k.relu_backward_from_mask_quads_kernel)
+_x = np.zeros(256, np.float32)
+workbook.show_ptx(k.relu_mask_quads_kernel, _x, _x, np.zeros(8, np.uint32), grep=r"\.v4|vote")
+
+# %% [markdown]
 # ## Check first: awkward sizes and special values
 #
 # Sizes 1, 31, 32, 33, 1000, a size that is not a multiple of a trip, and a large odd size; the
@@ -172,7 +190,7 @@ for n in odd_sizes:
     x_host = special_inputs(n)
     y_ref, mask_ref = k.relu_mask_reference(x_host)
     x_dev = cuda.to_device(x_host)
-    for forward in (k.relu_mask_sequential, k.relu_mask_ballot, k.relu_mask_wide):
+    for forward in (k.relu_mask_sequential, k.relu_mask_ballot, k.relu_mask_wide, k.relu_mask_quads):
         y_dev, mask_dev = forward(x_dev, cuda.device_array(n, np.float32), cuda.device_array(k.mask_words(n), np.uint32))
         workbook.assert_close(y_dev, y_ref, exact=True, name=f"{forward.__name__} y, n={n}")
         workbook.assert_bitmask(mask_dev, x_host > 0, name=f"{forward.__name__} mask, n={n}")
@@ -180,7 +198,7 @@ for n in odd_sizes:
     dy_host[~(x_host > 0)] = np.inf  # a select gives 0 there; a multiply would give NaN
     dx_ref = k.relu_backward_reference(dy_host, x_host > 0)
     dy_dev = cuda.to_device(dy_host)
-    for backward in (k.relu_backward_from_mask, k.relu_backward_from_mask_wide):
+    for backward in (k.relu_backward_from_mask, k.relu_backward_from_mask_wide, k.relu_backward_from_mask_quads):
         dx = backward(dy_dev, cuda.to_device(mask_ref), cuda.device_array(n, np.float32))
         workbook.assert_close(dx, dx_ref, exact=True, name=f"{backward.__name__}, n={n}")
     dx = k.relu_backward_from_y(dy_dev, cuda.to_device(y_ref), cuda.device_array(n, np.float32))
@@ -206,6 +224,7 @@ forward_result = chapter.compare(
         "sequential (naive)": lambda: k.relu_mask_sequential(x, y, mask),
         "warp ballot": lambda: k.relu_mask_ballot(x, y, mask),
         "warp ballot, 8-byte words": lambda: k.relu_mask_wide(x, y, mask),
+        "warp ballot, 16-byte quads": lambda: k.relu_mask_quads(x, y, mask),
     },
     reference=lambda: k.relu_mask_reference(x.copy_to_host()),
     baselines={"torch.relu (no mask)": lambda: torch.relu(torch_x)},
@@ -225,6 +244,8 @@ def fastest(comparison, names):
 best_forward = fastest(forward_result, ["warp ballot", "warp ballot, 8-byte words"])
 chapter.bar(f"relu+mask forward ({best_forward}) time / torch.relu time, n=2^28",
             forward_result.ratio(best_forward, "torch.relu (no mask)"), at_most=1.15)
+chapter.bar("relu+mask forward, 16-byte quads, time / torch.relu time, n=2^28",
+            forward_result.ratio("warp ballot, 16-byte quads", "torch.relu (no mask)"), at_most=1.03)
 
 # %% [markdown]
 # ## Backward: from the mask vs from `y` vs `threshold_backward`
@@ -248,6 +269,7 @@ def backward_case(key, dy, y, mask, dx, size):
             "from y (12 B/elt)": lambda: k.relu_backward_from_y(dy, y, dx),
             "from mask (8.125 B/elt)": lambda: k.relu_backward_from_mask(dy, mask, dx),
             "from mask, 8-byte words": lambda: k.relu_backward_from_mask_wide(dy, mask, dx),
+            "from mask, 16-byte quads": lambda: k.relu_backward_from_mask_quads(dy, mask, dx),
         },
         reference=lambda: k.relu_backward_reference(dy.copy_to_host(), y.copy_to_host() > 0),
         baselines={"torch threshold_backward": lambda: torch.ops.aten.threshold_backward(t_dy, t_y, 0)},
@@ -260,6 +282,8 @@ backward_result = backward_case("relu backward", dy, y, mask, dx, f"n=2^{n.bit_l
 best_backward = fastest(backward_result, ["from mask (8.125 B/elt)", "from mask, 8-byte words"])
 chapter.bar(f"relu backward {best_backward} vs torch threshold_backward (speed-up), n=2^28",
             backward_result.ratio("torch threshold_backward", best_backward), at_least=1.3)
+chapter.bar("relu backward from mask, 16-byte quads, vs torch threshold_backward (speed-up), n=2^28",
+            backward_result.ratio("torch threshold_backward", "from mask, 16-byte quads"), at_least=1.45)
 
 # %% [markdown]
 # GB/s above count the mask kernel's 8.125 bytes per element for every row, so the "from y" row's
@@ -431,9 +455,8 @@ else:
 #   128-byte rows, and builds a word with one instruction instead of 8 compares, shifts and ORs.
 # - **Ballot vs torch.relu.** The mask adds 1/64 to the bytes; what is left of the gap is how close a
 #   numba kernel gets to torch's vectorised (16-byte) loads and stores — chapter 00 measured that gap
-#   for a plain copy. The 8-byte-word kernels close part of it. numba itself has no 16-byte access
-#   to a float32 array; chapter 00 builds one (`workbook/memory.py`: `load4`/`store4`, one
-#   `ld.global.v4.f32` each), which these kernels do not use yet.
+#   for a plain copy. The 8-byte-word kernels close part of it, and the 16-byte quads (chapter 00's
+#   `load4`/`store4`, a quad per thread on a data-sized grid) are what torch's own kernel does.
 # - **Divergence costs bandwidth.** A lane-only `if` around the mask store, hoisted out of the loop by
 #   the compiler, splits every load and store of the warp in two: this is what the first H100 run of
 #   this chapter measured (the ballot kernel at 81% of the copy ceiling, against 89% for the
