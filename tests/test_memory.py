@@ -129,3 +129,15 @@ def test_ptx_of_shared_quads():
     x = np.zeros(256, np.float32)
     ptx = workbook.show_ptx(reverse_quads_in_shared_kernel, x, x, grep=r"\.shared")
     assert "st.shared.v4.f32" in ptx and "ld.shared.v4.f32" in ptx
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype, load", [(np.float32, "ld.global.v4.f32"), (np.float16, "ld.global.v4.u16")])
+def test_ptx_of_chapter_03s_fused_unscale(dtype, load):
+    # Chapter 03 reaches every tensor of a list through an address table, with its own vector
+    # intrinsics (tensor_pointer/load4/store4): 4 elements per load and per store.
+    from chapters.ch03_amp_unscale import kernels as k
+
+    ptx = workbook.show_ptx(k.unscale_fused_kernels[np.dtype(dtype)], np.zeros((3, 2), np.int64), np.zeros(1, np.float32),
+                            np.zeros(1, np.float32), grep=r"\.v4")
+    assert load in ptx and load.replace("ld.", "st.") in ptx

@@ -277,7 +277,7 @@ class Compiler:
     def __init__(self):
         self.lock = threading.Lock()
         self.process = None
-        self.seen = {}  # (code object, argument types) -> answer
+        self.seen = {}  # (function, argument types) -> answer
         self.pickler = _Pickler()
         self.log_dir = os.environ.get("WORKBOOK_COMPILE_LOG")
 
@@ -290,7 +290,7 @@ class Compiler:
 
     def compile(self, kernel, argtypes):
         """The worker's answer for this kernel and signature (cached in memory and on disk)."""
-        key = (kernel.fn.__code__, argtypes)
+        key = (kernel.fn, argtypes)  # the function, not its code: closures share code (ch03's per-dtype kernels)
         with self.lock:
             if key in self.seen:
                 return self.seen[key]

@@ -81,7 +81,7 @@ def unscale_reference(grads, inv_scale):
 # [address helpers: begin]
 GLOBAL_ADDRESS_SPACE = 1  # NVVM's number for global memory
 
-if workbook.ON_GPU:
+if workbook.MODE != "sim":  # a GPU, or the compile worker of workbook/compiler.py
     from llvmlite import ir
     from numba.cuda import types as _types
     from numba.cuda.extending import intrinsic
@@ -159,6 +159,9 @@ else:
 
     def device_address(array):
         return int(array.__array_interface__["data"][0])
+
+    for _helper in (tensor_pointer, load4, store4):
+        _helper.gpu_intrinsic = True  # compiled as the intrinsics above (workbook/compiler.py's worker)
 
     _launch_bounds = {}  # the simulator's cuda.jit takes no launch bounds
 # [address helpers: end]
