@@ -136,23 +136,23 @@ else:  # the simulator: element by element, checking what a GPU would fault on
                              "past the end (a GPU would not notice; handle the tail with plain indexing)")
         return host.reshape(-1)
 
-    def load4(array, index):
-        flat = _check(array, index, "load4")
-        return tuple(flat[index + k] for k in range(WIDTH))
+    def _simulated(name, loads):
+        def load(array, index):
+            flat = _check(array, index, name)
+            return tuple(flat[index + k] for k in range(WIDTH))
 
-    def store4(array, index, quad):
-        flat = _check(array, index, "store4")
-        for k in range(WIDTH):
-            flat[index + k] = quad[k]  # NumPy converts (and rounds float32 -> float16) as the GPU does
+        def store(array, index, quad):
+            flat = _check(array, index, name)
+            for k in range(WIDTH):
+                flat[index + k] = quad[k]  # NumPy converts (and rounds float32 -> float16) as the GPU does
 
-    def shared_load4(array, index):
-        flat = _check(array, index, "shared_load4")
-        return tuple(flat[index + k] for k in range(WIDTH))
+        function = load if loads else store
+        # named as the module attribute it becomes: the compile worker finds the real one by that name
+        function.__name__ = function.__qualname__ = name
+        return function
 
-    def shared_store4(array, index, quad):
-        flat = _check(array, index, "shared_store4")
-        for k in range(WIDTH):
-            flat[index + k] = quad[k]
+    load4, store4 = _simulated("load4", True), _simulated("store4", False)
+    shared_load4, shared_store4 = _simulated("shared_load4", True), _simulated("shared_store4", False)
 
     for _function in (load4, store4, shared_load4, shared_store4):
         _function.gpu_intrinsic = True  # workbook/compiler.py: the worker compiles the real one
