@@ -54,7 +54,7 @@ def show_ptx(kernel, *args, grep=None, cc=(9, 0)):
 
     from numba.core import types as numba_types
 
-    from .compiler import argument_types, ptx
+    from .compiler import argument_types, missing, ptx
 
     argtypes = tuple(a if isinstance(a, numba_types.Type) else argument_types((a,))[0] for a in args)
     if ON_GPU:
@@ -62,8 +62,6 @@ def show_ptx(kernel, *args, grep=None, cc=(9, 0)):
 
         text, _ = compile_ptx(kernel.py_func, argtypes, cc=cc)
     else:
-        from .compiler import missing
-
         reason = missing()
         if reason:
             print(f"No PTX on this machine: {reason}. Stored PTX facts are in the chapter's text.")

@@ -340,8 +340,6 @@ def compile_table(records, console, never_launched=()):
             first = record["targets"][0] if record["targets"] else {}
             status = "[green]yes[/] (" + ", ".join(t["cc"] for t in record["targets"]) + ")"
             registers, spills = first.get("registers"), first.get("spill_bytes")
-        elif record["ok"] is None:
-            status, registers, spills = f"[yellow]GPU only[/]: {record['error']}", None, None
         else:
             errors += 1
             status, registers, spills = f"[red]ERROR[/]: {record['error'][:1500]}", None, None

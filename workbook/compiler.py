@@ -12,7 +12,9 @@ same wheels reports registers and spills. In simulator mode, `install()` makes e
 
 Why a worker process: in simulator mode `numba.cuda` *is* the simulator, and the real compiler
 cannot be imported beside it. The kernel travels to the worker by value (cloudpickle): its code, the
-constants it reads, and its device functions, each rebuilt there with the real `cuda.jit`.
+constants it reads, and its device functions, each rebuilt there with the real `cuda.jit`. The
+module-level functions it calls travel by name, so the worker (which imports the workbook in
+compile mode) gets their GPU versions: workbook/memory.py's intrinsics, chapter 03's address helpers.
 
     WORKBOOK_COMPILE=auto   compile when the compiler is installed (the default; says once if not)
     WORKBOOK_COMPILE=0      never (a launch costs no compile)
@@ -30,14 +32,12 @@ import struct
 import subprocess
 import sys
 import threading
-import types as pytypes
 from pathlib import Path
 
 CCS = ((9, 0), (7, 0))  # the H100 the workbook is measured on, and the oldest GPU it supports
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "compile-cache"
 CACHE_FORMAT = 2  # bump when what a cached answer holds changes
-PROJECT_MODULES = ("chapters", "workbook", "_exercise_variant")
 
 
 class GPUCompileError(RuntimeError):
@@ -92,50 +92,6 @@ def argument_types(args):
         else:
             typed.append(typeof(arg))
     return tuple(typed)
-
-
-def _project_stand_in(value):
-    """A plain Python function of this project, called from a kernel: a simulator-only stand-in
-    (chapter 03's address helpers are intrinsics on a GPU and dictionaries in the simulator)."""
-    return (isinstance(value, pytypes.FunctionType) and not hasattr(value, "py_func")
-            and not getattr(value, "gpu_intrinsic", False)  # workbook/memory.py's: the worker has the real ones
-            and (value.__module__ or "").startswith(PROJECT_MODULES))
-
-
-def _referenced(fn):
-    """The globals and closure values a function's code reads (nested code included)."""
-    names, stack = set(), [fn.__code__]
-    while stack:
-        code = stack.pop()
-        names.update(code.co_names)
-        stack.extend(c for c in code.co_consts if isinstance(c, pytypes.CodeType))
-    values = [fn.__globals__[name] for name in names if name in fn.__globals__]
-    values += [cell.cell_contents for cell in (fn.__closure__ or ()) if _has_contents(cell)]
-    return values
-
-
-def _has_contents(cell):
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
-
-
-def stand_ins(kernel, seen=None):
-    """Names of simulator-only stand-ins a kernel (or its device functions) calls."""
-    seen = seen if seen is not None else set()
-    fn = kernel.fn
-    if id(fn) in seen:
-        return []
-    seen.add(id(fn))
-    found = []
-    for value in _referenced(fn):
-        if _project_stand_in(value):
-            found.append(value.__name__)
-        elif hasattr(value, "fn") and hasattr(value, "_device"):
-            found += stand_ins(value, seen)
-    return found
 
 
 class _Pickler:
@@ -294,26 +250,21 @@ class Compiler:
         with self.lock:
             if key in self.seen:
                 return self.seen[key]
-            skipped = stand_ins(kernel)
-            if skipped:
-                answer = {"ok": None, "error": f"calls simulator stand-ins ({', '.join(sorted(set(skipped)))}), "
-                                               "which are intrinsics on a GPU: compiled on a GPU only"}
+            payload = self.pickler.dumps(kernel.fn)
+            digest = hashlib.sha256(payload + repr((argtypes, CCS, CACHE_FORMAT)).encode()).hexdigest()
+            cached = CACHE / f"{digest}.json"
+            if cached.exists():
+                answer = json.loads(cached.read_text())
             else:
-                payload = self.pickler.dumps(kernel.fn)
-                digest = hashlib.sha256(payload + repr((argtypes, CCS, CACHE_FORMAT)).encode()).hexdigest()
-                cached = CACHE / f"{digest}.json"
-                if cached.exists():
-                    answer = json.loads(cached.read_text())
-                else:
-                    worker = self._worker()
-                    _send(worker.stdin, (payload, argtypes, CCS))
-                    answer = _receive(worker.stdout)
-                    if answer is None:
-                        raise RuntimeError("the compile worker died; run `python -m workbook compile` to see why")
-                    CACHE.mkdir(parents=True, exist_ok=True)
-                    temporary = cached.with_suffix(f".{os.getpid()}.tmp")
-                    temporary.write_text(json.dumps(answer))
-                    temporary.replace(cached)
+                worker = self._worker()
+                _send(worker.stdin, (payload, argtypes, CCS))
+                answer = _receive(worker.stdout)
+                if answer is None:
+                    raise RuntimeError("the compile worker died; run `python -m workbook compile` to see why")
+                CACHE.mkdir(parents=True, exist_ok=True)
+                temporary = cached.with_suffix(f".{os.getpid()}.tmp")
+                temporary.write_text(json.dumps(answer))
+                temporary.replace(cached)
             self.seen[key] = answer
             self._log(kernel, argtypes, answer)
             return answer
@@ -375,8 +326,6 @@ def ptx(kernel, argtypes, cc=CCS[0]):
     if tuple(cc) not in CCS:
         raise ValueError(f"compute capability {cc}: the workbook compiles for {CCS} only")
     answer = _compiler.compile(kernel, tuple(argtypes))
-    if answer["ok"] is None:
-        raise GPUCompileError(f"{kernel.fn.__qualname__} {answer['error']}")
     if not answer["ok"]:
         raise GPUCompileError(answer["error"])
     return answer["targets"][CCS.index(tuple(cc))]["ptx"]

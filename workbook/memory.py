@@ -153,6 +153,3 @@ else:  # the simulator: element by element, checking what a GPU would fault on
 
     load4, store4 = _simulated("load4", True), _simulated("store4", False)
     shared_load4, shared_store4 = _simulated("shared_load4", True), _simulated("shared_store4", False)
-
-    for _function in (load4, store4, shared_load4, shared_store4):
-        _function.gpu_intrinsic = True  # workbook/compiler.py: the worker compiles the real one

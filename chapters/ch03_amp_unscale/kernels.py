@@ -160,9 +160,6 @@ else:
     def device_address(array):
         return int(array.__array_interface__["data"][0])
 
-    for _helper in (tensor_pointer, load4, store4):
-        _helper.gpu_intrinsic = True  # compiled as the intrinsics above (workbook/compiler.py's worker)
-
     _launch_bounds = {}  # the simulator's cuda.jit takes no launch bounds
 # [address helpers: end]
 
