@@ -92,7 +92,7 @@ def test_misaligned_view_takes_the_scalar_path_and_is_still_right():
     full = _data(n + 1, np.float32)
     d_full = cuda.to_device(full)
     view = d_full[1:]  # 4 bytes past a 16-byte boundary: no 16-byte loads allowed
-    assert not k.is_aligned16(view)
+    assert not k.quads_aligned(view)
     y, mask = k.dropout_bitmask(view, 0.25, SEED, OFFSET)
     y_ref, mask_ref = k.dropout_reference(full[1:], 0.25, SEED, OFFSET)
     workbook.assert_close(y, y_ref, exact=True)

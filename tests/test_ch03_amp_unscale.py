@@ -95,6 +95,15 @@ def test_chunked_lists_take_one_launch_per_chunk():
     assert run_and_check(k.unscale_fused, host, 0.25, max_tensors_per_launch=3) == 1.0
 
 
+@pytest.mark.parametrize("max_blocks", [1, 3])
+def test_fewer_blocks_than_tiles(max_blocks):
+    # The grid is a block per tile; with fewer blocks the kernel's tile loop strides over the rest.
+    host = make([k.TILE * 2 + 5, 7, k.TILE * 3], np.float32, seed=max_blocks)
+    assert run_and_check(k.unscale_fused, host, 1 / 256, max_blocks=max_blocks) == 0.0
+    host[2][k.TILE + 9] = np.inf
+    assert run_and_check(k.unscale_fused, host, 1 / 256, max_blocks=max_blocks) == 1.0
+
+
 def test_all_empty_list_launches_nothing():
     grads = k.GradientList([cuda.device_array(0, dtype=np.float32)] * 3)
     assert grads.launches == []

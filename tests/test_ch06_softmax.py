@@ -17,13 +17,27 @@ SHAPES = [(1, 1), (3, 31), (5, 32), (9, 33), (2, 1000), (6, 1024), (3, 1025),
 CASES = [(shape, np.float32) for shape in SHAPES] + [
     (shape, np.float16) for shape in SHAPES if workbook.ON_GPU or shape[1] in (33, 1025, 32000)]
 CASE_IDS = [f"{s[0]}x{s[1]}-{np.dtype(d).name}" for s, d in CASES]
+
+
+def variant_cases(variants):
+    """(variant, shape, dtype) for every case; a "4-byte" variant only where the default would take
+    16-byte accesses (elsewhere the two are the same kernel)."""
+    return [pytest.param(name, shape, dtype, id=f"{name}-{case_id}")
+            for name in variants for (shape, dtype), case_id in zip(CASES, CASE_IDS)
+            if not (name.endswith("4-byte") and shape[1] % (16 // np.dtype(dtype).itemsize))]
+# The optimized kernels take 16-byte accesses wherever the rows allow (a multiple of 4 float32 or
+# 8 float16 columns, aligned arrays) and element-by-element ones elsewhere; "4-byte" forces the
+# latter (the chapter's earlier step) at every shape.
 SOFTMAXES = {
     "naive": k.softmax_naive,
     "registers": k.softmax,
+    "registers 4-byte": lambda x, out: k.softmax(x, out, wide=False),
     "two passes": lambda x, out: k.softmax(x, out, registers=False),
 }
-FORWARDS = {"naive": k.cross_entropy_naive, "fused": k.cross_entropy}
-BACKWARDS = {"naive": k.cross_entropy_backward_naive, "fused": k.cross_entropy_backward}
+FORWARDS = {"naive": k.cross_entropy_naive, "fused": k.cross_entropy,
+            "fused 4-byte": lambda *args, **options: k.cross_entropy(*args, wide=False, **options)}
+BACKWARDS = {"naive": k.cross_entropy_backward_naive, "fused": k.cross_entropy_backward,
+             "fused 4-byte": lambda *args, **options: k.cross_entropy_backward(*args, wide=False, **options)}
 
 
 def logits_for(shape, dtype=np.float32, seed=0):
@@ -55,24 +69,21 @@ def check_forward(got, logits, targets, rtol=1e-4, atol=1e-5):
         assert_close(out, ref, rtol=rtol, atol=atol, name=name)
 
 
-@pytest.mark.parametrize("shape, dtype", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("variant", list(SOFTMAXES))
+@pytest.mark.parametrize("variant, shape, dtype", variant_cases(SOFTMAXES))
 def test_softmax(variant, shape, dtype):
     x = logits_for(shape, dtype)
     out = SOFTMAXES[variant](cuda.to_device(x), cuda.device_array(shape, dtype))
     assert_close(out, k.softmax_reference(x), **tolerance(dtype, shape[1]))
 
 
-@pytest.mark.parametrize("shape, dtype", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("variant", list(FORWARDS))
+@pytest.mark.parametrize("variant, shape, dtype", variant_cases(FORWARDS))
 def test_cross_entropy_forward(variant, shape, dtype):
     x = logits_for(shape, dtype)
     t = targets_for(shape[0], shape[1], np.int64 if dtype == np.float16 else np.int32)
     check_forward(run_forward(FORWARDS[variant], x, t), x, t)
 
 
-@pytest.mark.parametrize("shape, dtype", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("variant", list(BACKWARDS))
+@pytest.mark.parametrize("variant, shape, dtype", variant_cases(BACKWARDS))
 def test_cross_entropy_backward(variant, shape, dtype):
     x = logits_for(shape, dtype)
     t = targets_for(shape[0], shape[1])
@@ -217,6 +228,39 @@ def test_full_rows_take_the_unchecked_kernel(ncols):
         out = cuda.device_array_like(x)
         k.warp_softmax_kernel(k._slots(ncols), full=full)[2, 128](cuda.to_device(x), out)
         assert_close(out, k.softmax_reference(x), rtol=1e-4, atol=1e-6, name=f"full={full}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("ncols", [8, 96, 256, 1024])
+def test_16_byte_paths(ncols, dtype):
+    """Rows a multiple of 16 bytes take the 16-byte kernels (the register kernel once a lane has a
+    whole access, the row kernels above 1024 columns); each agrees with the element-by-element one."""
+    rows = 5
+    x = logits_for((rows, ncols), dtype)
+    t = targets_for(rows, ncols)
+    d_x, d_t = cuda.to_device(x), cuda.to_device(t)
+    assert k._width(ncols, d_x) == 16 // x.itemsize
+    assert_close(k.softmax(d_x, cuda.device_array_like(x)), k.softmax_reference(x), **tolerance(dtype, ncols))
+    check_forward(run_forward(k.cross_entropy, x, t), x, t)
+    lse = cuda.to_device(k.cross_entropy_reference(x, t)[2])
+    assert_close(k.cross_entropy_backward(d_x, d_t, lse, cuda.device_array_like(x)),
+                 k.cross_entropy_backward_reference(x, t), **tolerance(dtype, ncols))
+
+
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_misaligned_rows_take_the_4_byte_kernels(offset):
+    """A view that starts 4, 8 or 12 bytes past a 16-byte boundary: every row is misaligned, so the
+    wrappers fall back to element-by-element access (a 16-byte access there would fault)."""
+    rows, ncols = 3, 64
+    x = logits_for((rows, ncols))
+    d_flat = cuda.to_device(np.concatenate([np.zeros(offset, np.float32), x.reshape(-1)]))
+    d_x = d_flat[offset:].reshape(rows, ncols)
+    assert k._width(ncols, d_x) == 1
+    assert_close(k.softmax(d_x, cuda.device_array_like(x)), k.softmax_reference(x), **tolerance(np.float32))
+    t = targets_for(rows, ncols)
+    got = k.cross_entropy(d_x, cuda.to_device(t), cuda.device_array(rows, np.float32),
+                          cuda.device_array(rows, np.float32), cuda.device_array(1, np.float32))
+    check_forward(got, x, t)
 
 
 def test_slots_are_powers_of_two():

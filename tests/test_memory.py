@@ -3,11 +3,13 @@ the instructions they claim in the PTX."""
 
 import workbook  # noqa: I001  (first: it picks GPU or simulator before numba.cuda is imported)
 
+import re
+
 import numpy as np
 import pytest
 
 from workbook import assert_close, cuda, memory
-from workbook.memory import load4, shared_load4, shared_store4, store4
+from workbook.memory import load4, load16, per16, shared_load4, shared_store4, store4, store16
 
 SIM = workbook.MODE == "sim"
 BIG = workbook.size(gpu=(1 << 22) + 5, sim=1029)
@@ -25,6 +27,39 @@ def scale_quads_kernel(src, dst, factor):
     i = (n // 4) * 4 + cuda.grid(1)
     if i < n:
         dst[i] = src[i] * factor
+
+
+@cuda.jit(device=True, inline=True)
+def _negate4(values):
+    # in float32: numba's float16 operators pass their operands through local memory
+    a, b, c, d = values
+    return (-np.float32(a), -np.float32(b), -np.float32(c), -np.float32(d))
+
+
+@cuda.jit(device=True, inline=True)
+def _negate8(values):
+    a, b, c, d, e, f, g, h = values
+    return (-np.float32(a), -np.float32(b), -np.float32(c), -np.float32(d),
+            -np.float32(e), -np.float32(f), -np.float32(g), -np.float32(h))
+
+
+def negate_16_bytes_kernel(dtype):
+    """dst = -src, 16 bytes per access whatever the dtype (4 float32, 8 float16), the tail one by
+    one. A kernel per width: a tuple's length is part of its type."""
+    width = per16(dtype)
+    negate = _negate4 if width == 4 else _negate8
+
+    @cuda.jit
+    def kernel(src, dst):
+        n = src.size
+        i = cuda.grid(1) * width
+        if i + width <= n:
+            store16(dst, i, negate(load16(src, i)))
+        elif i < n:
+            for j in range(i, n):
+                dst[j] = -np.float32(src[j])
+
+    return kernel
 
 
 @cuda.jit
@@ -106,6 +141,35 @@ def test_simulator_rejects_what_a_gpu_would_fault_on():
     np.testing.assert_array_equal(out.copy_to_host(), [8, 9, 10, 11])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 31, 33, BIG])
+def test_16_byte_accesses(dtype, n):
+    # load16/store16: 4 float32 or 8 float16 per access, the same 16 bytes
+    width = per16(dtype)
+    assert width * np.dtype(dtype).itemsize == 16
+    x = (np.arange(n) % 97 - 40).astype(dtype)
+    out = cuda.device_array(n, dtype)
+    negate_16_bytes_kernel(dtype)[(n + 64 * width - 1) // (64 * width), 64](cuda.to_device(x), out)
+    np.testing.assert_array_equal(out.copy_to_host(), -x)
+
+
+@pytest.mark.skipif(not SIM, reason="the simulator's checks; a GPU faults instead")
+def test_simulator_checks_16_byte_accesses():
+    src = cuda.to_device(np.arange(24, dtype=np.float16))
+    out = cuda.device_array(8, np.float16)
+
+    @cuda.jit
+    def load_kernel(src, index, out):
+        store16(out, 0, load16(src, index))
+
+    with pytest.raises(ValueError, match="element 4 is not a multiple of 8"):
+        load_kernel[1, 1](src, 4, out)
+    with pytest.raises(IndexError, match="past the end"):
+        load_kernel[1, 1](src, 24, out)
+    load_kernel[1, 1](src, 16, out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(16, 24))
+
+
 # The instructions: checked on a GPU, and on a laptop through the compile extra.
 
 needs_compiler = pytest.mark.skipif(SIM and __import__("workbook.compiler").compiler.missing() is not None,
@@ -116,12 +180,22 @@ needs_compiler = pytest.mark.skipif(SIM and __import__("workbook.compiler").comp
 @pytest.mark.parametrize("dtype, load, store", [
     (np.float32, "ld.global.v4.f32", "st.global.v4.f32"),
     (np.int32, "ld.global.v4.u32", "st.global.v4.u32"),
-    (np.float16, "ld.global.v4.u16", "st.global.v4.u16"),  # 8 bytes: four halves
+    (np.float16, "ld.global.v2.u32", "st.global.v2.u32"),  # 8 bytes: four halves, as two 32-bit words
 ])
 def test_ptx_has_the_wide_instructions(dtype, load, store):
     x = np.zeros(8, dtype)
     ptx = workbook.show_ptx(scale_quads_kernel, x, x, np.dtype(dtype).type(1), grep=r"\.global")
     assert load in ptx and store in ptx
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_ptx_of_16_byte_accesses(dtype):
+    x = np.zeros(8, dtype)
+    ptx = workbook.show_ptx(negate_16_bytes_kernel(dtype), x, x, grep=r"\.global")
+    # float16: 8 halves move as 4 x 32 bits (.v4.u32), not as two 8-byte accesses; and no local
+    # memory (the tuples stay in registers)
+    assert ".local" not in ptx and re.search(r"ld\.global\.v4\.(f32|u32|b32)", ptx) and re.search(r"st\.global\.v4\.(f32|u32|b32)", ptx)
 
 
 @needs_compiler

@@ -121,6 +121,17 @@ class _Pickler:
         return buffer.getvalue()
 
 
+def _sources_by_name(fn):
+    """The text of the modules whose functions travel by name (the payload holds only their names):
+    workbook/memory.py's intrinsics and the kernel's own module (chapter 03's address helpers).
+    Part of the cache key, so that editing an intrinsic recompiles the kernels that call it."""
+    paths = {Path(__file__).with_name("memory.py")}
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    if getattr(module, "__file__", None):
+        paths.add(Path(module.__file__))
+    return b"".join(path.read_bytes() for path in sorted(paths))
+
+
 def _rebuild(fn, options):
     """In the worker: the real cuda.jit of a function the simulator had."""
     from numba import cuda
@@ -251,7 +262,8 @@ class Compiler:
             if key in self.seen:
                 return self.seen[key]
             payload = self.pickler.dumps(kernel.fn)
-            digest = hashlib.sha256(payload + repr((argtypes, CCS, CACHE_FORMAT)).encode()).hexdigest()
+            digest = hashlib.sha256(payload + repr((argtypes, CCS, CACHE_FORMAT)).encode()
+                                    + _sources_by_name(kernel.fn)).hexdigest()
             cached = CACHE / f"{digest}.json"
             if cached.exists():
                 answer = json.loads(cached.read_text())

@@ -9,6 +9,10 @@ a memory-bound kernel needs to get close to the copy ceiling. These four functio
     store4(a, i, quad)       a[i..i+3] = quad (a 4-tuple)            one 4-wide store to global memory
     shared_load4(s, i)       the same on a cuda.shared.array        ld.shared.v4
     shared_store4(s, i, quad)                                       st.shared.v4
+    load16(a, i), store16(a, i, values)
+                             16 bytes whatever the dtype: 4 float32 (the same as load4) or 8 float16,
+                             so that one kernel moves 16 bytes per access in both precisions;
+                             `per16(dtype)` says how many elements that is (host side)
 
 `a` is a C-contiguous array of any dimension and `i` a flat element index (row * ncols + col for a
 2-D array). Four elements of a's dtype move at once: 16 bytes of float32 or int32/uint32
@@ -40,8 +44,14 @@ import numpy as np
 
 from . import MODE
 
-WIDTH = 4  # elements per access
+WIDTH = 4  # elements per access of load4/store4
+WIDE_BYTES = 16  # bytes per access of load16/store16
 GLOBAL, SHARED = 1, 3  # NVVM's address spaces
+
+
+def per16(dtype):
+    """Elements of `dtype` in one 16-byte access: 4 float32, 8 float16."""
+    return WIDE_BYTES // np.dtype(dtype).itemsize
 
 
 def aligned(array, bytes_=None):
@@ -63,50 +73,94 @@ if MODE != "sim":  # a GPU, or the compile worker (workbook/compiler.py): the re
     from numba.cuda import types
     from numba.cuda.extending import intrinsic
 
-    def _quad_pointer(context, builder, array_type, array, index, index_type, address_space):
-        """&a[index] as a pointer to <4 x dtype> in the given address space."""
+    def _width(dtype, width):
+        return width or WIDE_BYTES * 8 // dtype.bitwidth  # None: as many as fill 16 bytes
+
+    def _quad_pointer(context, builder, array_type, array, index, index_type, address_space, width):
+        """&a[index] as a pointer to <width x dtype> in the given address space, and its alignment."""
         element = context.get_data_type(array_type.dtype)
         data = context.make_array(array_type)(context, builder, array).data
         index = context.cast(builder, index, index_type, types.intp)
         address = builder.addrspacecast(builder.gep(data, [index]), ir.PointerType(element, address_space))
-        vector = ir.VectorType(element, WIDTH)
-        return builder.bitcast(address, ir.PointerType(vector, address_space)), WIDTH * array_type.dtype.bitwidth // 8
+        vector = _memory_vector(element, width, array_type.dtype.bitwidth)
+        return builder.bitcast(address, ir.PointerType(vector, address_space)), width * array_type.dtype.bitwidth // 8
+
+    def _memory_vector(element, width, bits):
+        """The vector type the memory access uses. Elements narrower than 32 bits travel as 32-bit
+        words: NVVM splits a <8 x half> access into two 8-byte ones, but not a <4 x i32>."""
+        if bits < 32 and width * bits % 32 == 0:
+            return ir.VectorType(ir.IntType(32), width * bits // 32)
+        return ir.VectorType(element, width)
+
+    def _unpack(builder, loaded, element, n):
+        """The n elements of a loaded vector. 32-bit words of two 16-bit elements are split with
+        shifts: a bitcast to <8 x half> would be folded back into a <8 x half> load, which NVVM
+        splits into two 8-byte loads."""
+        if loaded.type.element == element:
+            return [builder.extract_element(loaded, ir.Constant(ir.IntType(32), k)) for k in range(n)]
+        bits = 32 // (n // loaded.type.count)
+        values = []
+        for word in range(loaded.type.count):
+            value = builder.extract_element(loaded, ir.Constant(ir.IntType(32), word))
+            for part in range(32 // bits):
+                piece = builder.trunc(builder.lshr(value, ir.Constant(ir.IntType(32), part * bits)), ir.IntType(bits))
+                values.append(builder.bitcast(piece, element))
+        return values
+
+    def _pack(builder, values, vector_type):
+        """The vector to store: the values themselves, or 32-bit words of two 16-bit values."""
+        vector = ir.Constant(vector_type, ir.Undefined)
+        per_word = len(values) // vector_type.count
+        for word in range(vector_type.count):
+            if per_word == 1:
+                value = values[word]
+            else:
+                bits = 32 // per_word
+                value = ir.Constant(ir.IntType(32), 0)
+                for part in range(per_word):
+                    piece = builder.zext(builder.bitcast(values[word * per_word + part], ir.IntType(bits)), ir.IntType(32))
+                    value = builder.or_(value, builder.shl(piece, ir.Constant(ir.IntType(32), part * bits)))
+            vector = builder.insert_element(vector, value, ir.Constant(ir.IntType(32), word))
+        return vector
 
     def _wide_types_ok(array, index):
         return (isinstance(array, types.Array) and array.layout == "C" and isinstance(index, types.Integer)
                 and isinstance(array.dtype, (types.Float, types.Integer)))
 
-    def _make_load(address_space):
+    def _make_load(address_space, width=WIDTH):
         def load(typingctx, array, index):
             if not _wide_types_ok(array, index):
                 return None
-            quad = types.UniTuple(array.dtype, WIDTH)
+            n = _width(array.dtype, width)
+            quad = types.UniTuple(array.dtype, n)
 
             def codegen(context, builder, signature, args):
                 pointer, alignment = _quad_pointer(context, builder, signature.args[0], args[0], args[1],
-                                                   signature.args[1], address_space)
+                                                   signature.args[1], address_space, n)
+                element = context.get_data_type(signature.args[0].dtype)
                 loaded = builder.load(pointer, align=alignment)
-                values = [builder.extract_element(loaded, ir.Constant(ir.IntType(32), k)) for k in range(WIDTH)]
+                values = _unpack(builder, loaded, element, n)
                 return context.make_tuple(builder, quad, values)
 
             return quad(array, index), codegen
 
         return load
 
-    def _make_store(address_space):
+    def _make_store(address_space, width=WIDTH):
         def store(typingctx, array, index, quad):
-            if not _wide_types_ok(array, index) or not isinstance(quad, types.BaseTuple) or len(quad) != WIDTH:
+            if not _wide_types_ok(array, index) or not isinstance(quad, types.BaseTuple):
+                return None
+            n = _width(array.dtype, width)
+            if len(quad) != n:
                 return None
 
             def codegen(context, builder, signature, args):
                 array_type, index_type, quad_type = signature.args
                 pointer, alignment = _quad_pointer(context, builder, array_type, args[0], args[1], index_type,
-                                                   address_space)
-                vector = ir.Constant(ir.VectorType(context.get_data_type(array_type.dtype), WIDTH), ir.Undefined)
-                for k in range(WIDTH):
-                    value = context.cast(builder, builder.extract_value(args[2], k), quad_type[k], array_type.dtype)
-                    vector = builder.insert_element(vector, value, ir.Constant(ir.IntType(32), k))
-                builder.store(vector, pointer, align=alignment)
+                                                   address_space, n)
+                values = [context.cast(builder, builder.extract_value(args[2], k), quad_type[k], array_type.dtype)
+                          for k in range(n)]
+                builder.store(_pack(builder, values, pointer.type.pointee), pointer, align=alignment)
                 return context.get_dummy_value()
 
             return types.none(array, index, quad), codegen
@@ -117,33 +171,38 @@ if MODE != "sim":  # a GPU, or the compile worker (workbook/compiler.py): the re
     store4 = intrinsic(_make_store(GLOBAL))
     shared_load4 = intrinsic(_make_load(SHARED))
     shared_store4 = intrinsic(_make_store(SHARED))
+    load16 = intrinsic(_make_load(GLOBAL, None))
+    store16 = intrinsic(_make_store(GLOBAL, None))
 
 else:  # the simulator: element by element, checking what a GPU would fault on
 
-    def _check(array, index, name):
+    def _check(array, index, name, width):
         host = getattr(array, "_ary", array)
         itemsize = host.dtype.itemsize
+        n = width or per16(host.dtype)
         if not host.flags.c_contiguous:
             raise TypeError(f"{name}: the array must be C-contiguous (numba's compiler would reject it)")
-        if index % WIDTH:
-            raise ValueError(f"{name}: misaligned address: element {index} is not a multiple of {WIDTH} "
-                             f"({WIDTH * itemsize}-byte access); a GPU faults here")
-        if host.__array_interface__["data"][0] % (WIDTH * itemsize):
+        if index % n:
+            raise ValueError(f"{name}: misaligned address: element {index} is not a multiple of {n} "
+                             f"({n * itemsize}-byte access); a GPU faults here")
+        if host.__array_interface__["data"][0] % (n * itemsize):
             raise ValueError(f"{name}: misaligned address: the array's first element is not "
-                             f"{WIDTH * itemsize}-byte aligned (a view at an odd offset?); a GPU faults here")
-        if not 0 <= index <= host.size - WIDTH:
-            raise IndexError(f"{name}: elements {index}..{index + WIDTH - 1} of an array of {host.size}: "
+                             f"{n * itemsize}-byte aligned (a view at an odd offset?); a GPU faults here")
+        if not 0 <= index <= host.size - n:
+            raise IndexError(f"{name}: elements {index}..{index + n - 1} of an array of {host.size}: "
                              "past the end (a GPU would not notice; handle the tail with plain indexing)")
         return host.reshape(-1)
 
-    def _simulated(name, loads):
+    def _simulated(name, loads, width=WIDTH):
         def load(array, index):
-            flat = _check(array, index, name)
-            return tuple(flat[index + k] for k in range(WIDTH))
+            flat = _check(array, index, name, width)
+            return tuple(flat[index + k] for k in range(width or per16(flat.dtype)))
 
         def store(array, index, quad):
-            flat = _check(array, index, name)
-            for k in range(WIDTH):
+            flat = _check(array, index, name, width)
+            if len(quad) != (width or per16(flat.dtype)):
+                raise TypeError(f"{name}: {len(quad)} values for a {width or per16(flat.dtype)}-wide store")
+            for k in range(len(quad)):
                 flat[index + k] = quad[k]  # NumPy converts (and rounds float32 -> float16) as the GPU does
 
         function = load if loads else store
@@ -153,3 +212,4 @@ else:  # the simulator: element by element, checking what a GPU would fault on
 
     load4, store4 = _simulated("load4", True), _simulated("store4", False)
     shared_load4, shared_store4 = _simulated("shared_load4", True), _simulated("shared_store4", False)
+    load16, store16 = _simulated("load16", True, None), _simulated("store16", False, None)

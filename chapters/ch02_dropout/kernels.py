@@ -29,7 +29,7 @@ import workbook
 from workbook.inputs import require, sm_count
 
 from .philox import philox4x32, philox4x32_reference
-from .vector_io import load_f32x4, load_scalar_x4, store_f32x4, store_scalar_x4
+from workbook.memory import aligned, load4, store4
 
 THREADS_PER_BLOCK = 256
 # How many blocks: "data" gives every thread exactly one quad (4 elements), the way torch's
@@ -175,6 +175,26 @@ def dropout_backward_bytemask_kernel(dy, mask, dx, scale):
 # with an empty nibble. Bytes per element: read x 4, write y 4, write mask 1/8  -> 8.125 B.
 
 
+# The quads move with workbook.memory's load4/store4 (chapter 00): one 16-byte access of float32,
+# one 8-byte access of float16. Arrays that do not start on such a boundary (a view such as x[1:])
+# take the same kernels built with these element-by-element stand-ins, which accept any address.
+
+
+@cuda.jit(device=True, inline=True)
+def load_each4(array, i):
+    """array[i..i+3] with four plain loads: any dtype, any alignment."""
+    return array[i], array[i + 1], array[i + 2], array[i + 3]
+
+
+@cuda.jit(device=True, inline=True)
+def store_each4(array, i, quad):
+    a, b, c, d = quad
+    array[i] = a
+    array[i + 1] = b
+    array[i + 2] = c
+    array[i + 3] = d
+
+
 @cuda.jit(device=True, inline=True)
 def keep4(quad, threshold, seed_lo, seed_hi, off_lo, off_hi):
     """Keep flags of elements 4*quad .. 4*quad+3: one Philox call, counter (quad, offset), key seed."""
@@ -200,13 +220,13 @@ def _make_forward_kernel(load4, store4, write_mask):
             quad = (tile << 5) + lane
             first = quad << 2
             if quad < full_quads:
-                x0, x1, x2, x3 = load4(x, quad)  # 16 B in one request, issued before the Philox
+                x0, x1, x2, x3 = load4(x, first)  # 16 B in one request, issued before the Philox
                 keep0, keep1, keep2, keep3 = keep4(quad, threshold, seed_lo, seed_hi, off_lo, off_hi)
-                store4(y, quad,  # rounds, so that its ~600 ns of latency overlap them
+                store4(y, first, (  # rounds, so that its ~600 ns of latency overlap them
                        np.float32(x0) * scale if keep0 else zero,
                        np.float32(x1) * scale if keep1 else zero,
                        np.float32(x2) * scale if keep2 else zero,
-                       np.float32(x3) * scale if keep3 else zero)
+                       np.float32(x3) * scale if keep3 else zero))
             else:
                 # The last, partial quad (n % 4 elements), and quads past the end: element by
                 # element, and a dropped bit for every element that does not exist.
@@ -257,7 +277,7 @@ def _make_backward_kernel(load4, store4, from_mask):
         zero = np.float32(0)
         for quad in range(cuda.grid(1), quads, cuda.gridsize(1)):
             if quad < full_quads:
-                d0, d1, d2, d3 = load4(dy, quad)  # first: the mask or the Philox overlap it
+                d0, d1, d2, d3 = load4(dy, quad << 2)  # first: the mask or the Philox overlap it
             if from_mask:
                 nibble = np.uint32(mask[quad >> 3]) >> np.uint32((quad & 7) * 4)
                 keep0 = (nibble & np.uint32(1)) != 0
@@ -267,11 +287,11 @@ def _make_backward_kernel(load4, store4, from_mask):
             else:  # regenerate exactly what the forward drew for this quad
                 keep0, keep1, keep2, keep3 = keep4(quad, threshold, seed_lo, seed_hi, off_lo, off_hi)
             if quad < full_quads:
-                store4(dx, quad,
+                store4(dx, quad << 2, (
                        np.float32(d0) * scale if keep0 else zero,
                        np.float32(d1) * scale if keep1 else zero,
                        np.float32(d2) * scale if keep2 else zero,
-                       np.float32(d3) * scale if keep3 else zero)
+                       np.float32(d3) * scale if keep3 else zero))
             else:
                 first = quad << 2  # the partial last quad: n % 4 elements (at most 3)
                 dx[first] = np.float32(dy[first]) * scale if keep0 else zero
@@ -283,8 +303,8 @@ def _make_backward_kernel(load4, store4, from_mask):
     return kernel
 
 
-# One compiled kernel per (16-byte path?, variant); float16 and misaligned float32 take the scalar one.
-_VECTOR, _SCALAR = (load_f32x4, store_f32x4), (load_scalar_x4, store_scalar_x4)
+# One compiled kernel per (wide path?, variant); misaligned arrays take the element-by-element one.
+_VECTOR, _SCALAR = (load4, store4), (load_each4, store_each4)
 dropout_bitmask_kernel = _make_forward_kernel(*_VECTOR, write_mask=True)
 dropout_bitmask_scalar_kernel = _make_forward_kernel(*_SCALAR, write_mask=True)
 dropout_seed_only_kernel = _make_forward_kernel(*_VECTOR, write_mask=False)
@@ -299,15 +319,10 @@ backward_seed_only_scalar_kernel = _make_backward_kernel(*_SCALAR, from_mask=Fal
 # Host wrappers: check everything, size the grid, launch.
 
 
-def _address(array):
-    interface = getattr(array, "__cuda_array_interface__", None) or array.__array_interface__
-    return interface["data"][0]
-
-
-def is_aligned16(*arrays):
-    """Whether the 16-byte path may be used: float32 data starting on a 16-byte boundary (numba's
-    and torch's allocations are 256-byte aligned; a slice such as x[1:] is not)."""
-    return all(a.dtype == np.float32 and _address(a) % 16 == 0 for a in arrays)
+def quads_aligned(*arrays):
+    """Whether the wide path may be used: every array starts on a 4-element boundary (16 bytes of
+    float32, 8 of float16). numba's and torch's allocations are 256-byte aligned; x[1:] is not."""
+    return all(aligned(a) for a in arrays)
 
 
 def _blocks_for_quads(quads, blocks_per_sm=None):
@@ -354,7 +369,7 @@ def _forward(x, p, seed, offset, y, mask, write_mask, vector=True, blocks_per_sm
     mask = _mask_output(mask, x.size) if write_mask else _placeholder()
     if x.size == 0:
         return y, mask
-    wide = vector and is_aligned16(x, y)
+    wide = vector and quads_aligned(x, y)
     if write_mask:
         kernel = dropout_bitmask_kernel if wide else dropout_bitmask_scalar_kernel
     else:
@@ -388,7 +403,7 @@ def dropout_backward_bitmask(dy, mask, p, dx=None, vector=True, blocks_per_sm=No
     p = check_p(p)
     dx = _output(dx, dy, "dx")
     if dy.size:
-        wide = vector and is_aligned16(dy, dx)
+        wide = vector and quads_aligned(dy, dx)
         kernel = backward_bitmask_kernel if wide else backward_bitmask_scalar_kernel
         quads = -(-dy.size // 4)
         kernel[_blocks_for_quads(quads, blocks_per_sm), THREADS_PER_BLOCK](  # (seed, offset): unused
@@ -403,7 +418,7 @@ def dropout_backward_seed_only(dy, p, seed, offset, dx=None):
     seed, offset = check_u64(seed, "seed"), check_u64(offset, "offset")
     dx = _output(dx, dy, "dx")
     if dy.size:
-        kernel = backward_seed_only_kernel if is_aligned16(dy, dx) else backward_seed_only_scalar_kernel
+        kernel = backward_seed_only_kernel if quads_aligned(dy, dx) else backward_seed_only_scalar_kernel
         quads = -(-dy.size // 4)
         kernel[_blocks_for_quads(quads), THREADS_PER_BLOCK](
             dy, _placeholder(), dx, threshold_for(p), scale_for(p), *split_u64(seed), *split_u64(offset))

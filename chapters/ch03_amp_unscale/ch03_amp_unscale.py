@@ -98,9 +98,10 @@ workbook.show(k.unscale_one_tensor_kernel)
 #     table[TILE_START, t]   its first tile; table[TILE_START, n] = number of tiles in all
 #
 # Each gradient is cut into tiles of `TILE` = 256 threads x 16 elements = 4,096 elements (its last
-# tile may be partial, an empty gradient has none), so every tile belongs to one gradient. Blocks
-# walk the tiles with a grid stride; a block finds its tile's gradient by a binary search over the
-# tile starts, which it staged in shared memory once:
+# tile may be partial, an empty gradient has none), so every tile belongs to one gradient. The grid
+# has a block per tile (sized to the data, like chapter 00's fastest copy; the kernel's tile loop
+# is a grid stride, so a smaller grid would be correct too, only slower); a block finds its tile's
+# gradient by a binary search over the tile starts, which it stages in shared memory:
 #
 #     tile starts:  [0, 2, 2, 3, 7]        gradients 0..3 own tiles [0,2) [2,2) [2,3) [3,7)
 #     tile 2 -> the last t with start[t] <= 2 -> t = 2   (gradient 1 is empty and owns nothing)
@@ -273,7 +274,7 @@ mixed, mixed_grads = benchmark_list(mixed_sizes, "300 mixed",
 chapter.bar("mixed ~600M float32: fused throughput / torch's", mixed.ratio(TORCH, "fused, one launch"),
             at_least=0.95)
 fraction = float(mixed["fused, one launch"].fraction_of_ceiling) if workbook.ON_GPU else float("nan")
-chapter.bar("mixed ~600M float32: fused, fraction of the copy ceiling", fraction, at_least=0.85)
+chapter.bar("mixed ~600M float32: fused, fraction of the copy ceiling", fraction, at_least=0.95)
 del mixed_grads  # 2.4 GB of device memory
 
 # %% [markdown]
@@ -396,10 +397,20 @@ if workbook.ON_GPU:
 #   slower than the sweep's point at 300; the ratios are what to read.)
 # - **600M elements is bandwidth-bound.** The table, the binary search and the partial tiles cost
 #   next to nothing; what counts is bytes in flight (four 16-byte loads per thread, 2,048 threads
-#   per SM) and few instructions per byte. In the stored run the fused kernel runs at about 90% of
-#   the copy ceiling measured in the same process, a little ahead of torch's kernel. In float16
-#   the fused kernel (8-byte vectors) stays near the ceiling, while torch's kernel, in the stored
-#   run, is much further from it than in float32.
+#   per SM) and few instructions per byte — and the grid. With 8 resident blocks per SM looping
+#   over the tiles the kernel reached 90-94% of the copy ceiling; with a block per tile (146,634
+#   blocks), **99.9%** (`grid_sweep.py` beside this notebook, stored log
+#   `results/nvidia-h100-80gb-hbm3/ch03_grid_sweep.log`: 8, 16, 32, 64 blocks per SM give 0.941,
+#   0.948, 0.954, 0.962). torch's kernel runs at 86%.
+# - **Why the table above says 94%, not 99.9%.** The fused call is timed right after the
+#   per-tensor loop, whose 300 launches from Python leave the GPU idle; so the host work of
+#   `unscale_fused` (argument checks, then the launch) runs between the start event and the kernel
+#   and is counted as GPU time: ~0.09 ms on a 1.62 ms kernel. `grid_sweep.py` reproduces part of
+#   it (a synchronised call: 1.66 ms, 0.971 of the ceiling). The bar of 0.95 is therefore not met
+#   as this chapter measures it (0.942 in the stored run) while the kernel itself is at the
+#   ceiling; separating a call's host cost from its GPU time is the subject of chapter 07 (in
+#   preparation). In float16 the fused
+#   kernel (8-byte vectors) runs at 90% of the ceiling, torch's kernel at 49%.
 # - **One launch per call** for lists of up to `MAX_TENSORS_PER_LAUNCH` = 4,096 tensors (their
 #   tile starts fill 16 KiB of shared memory); a longer list takes one launch per 4,096 tensors.
 

@@ -15,8 +15,11 @@ The fused kernel reaches many independently allocated arrays through one int64 t
     table[TILE_START, t]  index of its first tile; table[TILE_START, n] = tiles in all
 
 Every tensor is cut into tiles of TILE elements (its last tile may be partial), so a tile belongs to
-exactly one tensor. Block b handles tiles b, b + blocks, b + 2*blocks, ... and finds the tensor of a
-tile by a binary search over the tile starts, staged once per block in shared memory.
+exactly one tensor. The grid has one block per tile (sized to the data: chapter 00's copy found it
+faster than a grid-stride loop, and here it measured 0.998 of the copy ceiling against 0.94 for
+8 resident blocks per SM looping). Block b handles tiles b, b + blocks, ... (with one block per
+tile, just tile b; the loop keeps any grid correct) and finds the tensor of a tile by a binary
+search over the tile starts, staged in shared memory.
 
 The convention (PyTorch's): a value is checked *before* the multiply. A finite float16 gradient
 that overflows after unscaling (60000 * 2 with inv_scale = 2) is stored as Inf and does not set
@@ -31,7 +34,7 @@ import numpy as np
 
 import workbook
 from workbook import cuda
-from workbook.inputs import require, sm_count
+from workbook.inputs import require
 
 GRAD_DTYPES = (np.float32, np.float16)  # gradients; the arithmetic is float32 for both
 
@@ -42,6 +45,7 @@ VECTOR = 4  # elements per vector load: 16 bytes of float32, 8 bytes of float16
 VECTORS_PER_THREAD = 4  # independent vector loads each thread has in flight in a full tile
 TILE = THREADS_PER_BLOCK * VECTOR * VECTORS_PER_THREAD  # 4096 elements on a GPU, 512 in the simulator
 BLOCKS_PER_SM = 8  # 8 x 256 threads = 2048, all an H100 SM holds: launch_bounds keeps it reachable
+MAX_BLOCKS = 2**31 - 1  # the grid's x limit; more tiles than this are strided over
 MAX_TENSORS_PER_LAUNCH = 4096  # tensors one launch can take (longer lists take more launches)
 SHARED_TILE_STARTS = MAX_TENSORS_PER_LAUNCH + 1  # int32 staged in shared memory: 16 KiB per block
 
@@ -283,7 +287,7 @@ class GradientList:
     the addresses in its table stay valid.
     """
 
-    def __init__(self, grads, *, max_tensors_per_launch=MAX_TENSORS_PER_LAUNCH):
+    def __init__(self, grads, *, max_tensors_per_launch=MAX_TENSORS_PER_LAUNCH, max_blocks=MAX_BLOCKS):
         if isinstance(grads, np.ndarray) or hasattr(grads, "copy_to_host"):
             raise TypeError("grads must be a list of device arrays, not one array")
         grads = list(grads)
@@ -291,6 +295,8 @@ class GradientList:
             raise ValueError("grads is an empty list")
         if not 1 <= max_tensors_per_launch <= MAX_TENSORS_PER_LAUNCH:
             raise ValueError(f"max_tensors_per_launch must be in 1..{MAX_TENSORS_PER_LAUNCH}")
+        if not 1 <= max_blocks <= MAX_BLOCKS:
+            raise ValueError(f"max_blocks must be in 1..{MAX_BLOCKS}")
         arrays = [require(g, f"grads[{n}]", dtype=GRAD_DTYPES) for n, g in enumerate(grads)]
         dtypes = sorted({str(a.dtype) for a in arrays})
         if len(dtypes) > 1:
@@ -323,7 +329,7 @@ class GradientList:
                 raise ValueError(f"{n_tiles} tiles do not fit the kernel's int32 tile index")
             if n_tiles == 0:
                 continue  # only empty tensors: nothing to launch
-            blocks = min(n_tiles, sm_count() * BLOCKS_PER_SM)
+            blocks = min(n_tiles, max_blocks)  # a block per tile, unless told fewer
             # The configured launch is built once, too: kernel[blocks, threads] costs host time.
             self.launches.append((kernel[blocks, THREADS_PER_BLOCK], cuda.to_device(table)))
 

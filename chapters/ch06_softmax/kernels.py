@@ -2,7 +2,8 @@
 
     softmax_naive(x, out)            one thread per row, three passes over the row
     softmax(x, out)                  a warp per row (the row in registers) up to 1024 columns,
-                                     a block per row (online max-and-sum, shared memory) above that
+                                     a block per row (online max-and-sum, shared memory) above that;
+                                     16-byte loads and stores (workbook.memory) where the rows allow
     cross_entropy_naive(logits, targets, losses, lse, mean)
     cross_entropy(logits, targets, losses, lse, mean)
                                      fused forward: reads the logits once, writes the per-row loss and
@@ -24,6 +25,7 @@ import numpy as np
 from numba import cuda
 
 from workbook.inputs import require, sm_count
+from workbook.memory import aligned, load16, per16, store16
 
 WARP = 32
 FULL_MASK = 0xFFFFFFFF
@@ -236,15 +238,112 @@ def _warp_merge(m, s):
     return m, s
 
 
+# 16-byte accesses (chapter 00, workbook/memory.py): `load16(x, i)` brings 16 bytes of a row at once,
+# a tuple of 4 float32 or 8 float16. The helpers below work on such a tuple whatever its length:
+# numba unrolls a loop over a tuple of constant length, so `for v in values` costs no loop.
+
+
+@cuda.jit(device=True, inline=True)
+def _max_of(m, values):
+    for v in values:
+        m = max(m, np.float32(v))
+    return m
+
+
+@cuda.jit(device=True, inline=True)
+def _sum_exp(values, shift):
+    total = ZERO
+    for v in values:
+        total += math.exp(np.float32(v) - shift)
+    return total
+
+
+@cuda.jit(device=True, inline=True)
+def _exp_times4(values, shift, factor):
+    """(exp(v - shift) * factor for each of the 4 values): the tuple store16 writes back."""
+    a, b, c, d = values
+    return (math.exp(np.float32(a) - shift) * factor, math.exp(np.float32(b) - shift) * factor,
+            math.exp(np.float32(c) - shift) * factor, math.exp(np.float32(d) - shift) * factor)
+
+
+@cuda.jit(device=True, inline=True)
+def _exp_times8(values, shift, factor):
+    a, b, c, d, e, f, g, h = values
+    return (math.exp(np.float32(a) - shift) * factor, math.exp(np.float32(b) - shift) * factor,
+            math.exp(np.float32(c) - shift) * factor, math.exp(np.float32(d) - shift) * factor,
+            math.exp(np.float32(e) - shift) * factor, math.exp(np.float32(f) - shift) * factor,
+            math.exp(np.float32(g) - shift) * factor, math.exp(np.float32(h) - shift) * factor)
+
+
+@cuda.jit(device=True, inline=True)
+def _grad1(value, row_lse, col, target, bad, scale):
+    """(exp(x - lse) - onehot) * scale for one column (bad: NaN for a row whose target is out of
+    range, else 0)."""
+    return (math.exp(np.float32(value) - row_lse) - (ONE if col == target else bad)) * scale
+
+
+@cuda.jit(device=True, inline=True)
+def _grad4(values, row_lse, first_col, target, bad, scale):
+    a, b, c, d = values
+    return (_grad1(a, row_lse, first_col, target, bad, scale), _grad1(b, row_lse, first_col + 1, target, bad, scale),
+            _grad1(c, row_lse, first_col + 2, target, bad, scale), _grad1(d, row_lse, first_col + 3, target, bad, scale))
+
+
+@cuda.jit(device=True, inline=True)
+def _grad8(values, row_lse, first_col, target, bad, scale):
+    a, b, c, d, e, f, g, h = values
+    return (_grad1(a, row_lse, first_col, target, bad, scale), _grad1(b, row_lse, first_col + 1, target, bad, scale),
+            _grad1(c, row_lse, first_col + 2, target, bad, scale), _grad1(d, row_lse, first_col + 3, target, bad, scale),
+            _grad1(e, row_lse, first_col + 4, target, bad, scale), _grad1(f, row_lse, first_col + 5, target, bad, scale),
+            _grad1(g, row_lse, first_col + 6, target, bad, scale), _grad1(h, row_lse, first_col + 7, target, bad, scale))
+
+
+def row_kernels(group, width=1):
+    """See _row_kernels: one compiled set per (group, width), however the call spells them."""
+    return _row_kernels(int(group), int(width))
+
+
 @lru_cache(maxsize=None)
-def row_kernels(group):
+def _row_kernels(group, width):
     """The kernels for a row group of `group` threads: WARP (rows up to WARP_ROW_MAX columns, 8 rows
     per block of 256) or a whole block (ROW_THREADS; up to 1024). One compiled set per group size;
     `group` is a constant inside the kernels, so `% group` is a mask and the branch on the group
-    size costs nothing. Launch with `threads_per_block` threads per block."""
+    size costs nothing. Launch with `threads_per_block` threads per block.
+
+    width=1: element by element. width=4 (float32) or 8 (float16): each thread moves 16 bytes per
+    access, `width` consecutive columns; rows must be a multiple of `width` columns and the arrays
+    16-byte aligned (the host wrappers check, see `_wide`)."""
     threads_per_block = max(group, ROW_THREADS)
     groups_per_block = threads_per_block // group
     warps_per_group = group // WARP
+    step = group * width  # columns a row group covers with one access per thread
+    exp_times = _exp_times4 if width == 4 else _exp_times8
+    grad_of = _grad4 if width == 4 else _grad8
+
+    @cuda.jit(device=True)
+    def online_max_sum_wide(x, row, rank):
+        """online_max_sum with 16-byte loads: columns width*rank.. of each `step`, two loads (32
+        bytes) in flight per thread, then one exp per value and one rescale per two loads."""
+        ncols = x.shape[1]
+        start = row * ncols  # flat index of the row's first element; a multiple of width
+        m = NEG_INF
+        s = ZERO
+        c = rank * width
+        while c + step < ncols:  # ncols % width == 0: the second load is a whole one too
+            a = load16(x, start + c)
+            b = load16(x, start + c + step)
+            new_m = _max_of(_max_of(m, a), b)
+            shift = new_m if new_m != NEG_INF else ZERO
+            s = s * math.exp(m - shift) + (_sum_exp(a, shift) + _sum_exp(b, shift))
+            m = new_m
+            c += 2 * step
+        if c < ncols:
+            a = load16(x, start + c)
+            new_m = _max_of(m, a)
+            shift = new_m if new_m != NEG_INF else ZERO
+            s = s * math.exp(m - shift) + _sum_exp(a, shift)
+            m = new_m
+        return m, s
 
     @cuda.jit(device=True)
     def online_max_sum(x, row, rank):
@@ -283,6 +382,79 @@ def row_kernels(group):
             c += group
         return m, s
 
+    row_max_sum = online_max_sum if width == 1 else online_max_sum_wide
+
+    @cuda.jit(device=True)
+    def write_softmax(x, out, row, rank, m, inv):
+        """out[row] = exp(x[row] - m) * inv: the second pass, one element at a time..."""
+        ncols = x.shape[1]
+        c = rank
+        while c + 3 * group < ncols:  # four loads before the first store
+            v0 = np.float32(x[row, c])
+            v1 = np.float32(x[row, c + group])
+            v2 = np.float32(x[row, c + 2 * group])
+            v3 = np.float32(x[row, c + 3 * group])
+            out[row, c] = math.exp(v0 - m) * inv
+            out[row, c + group] = math.exp(v1 - m) * inv
+            out[row, c + 2 * group] = math.exp(v2 - m) * inv
+            out[row, c + 3 * group] = math.exp(v3 - m) * inv
+            c += 4 * group
+        while c < ncols:
+            out[row, c] = math.exp(np.float32(x[row, c]) - m) * inv
+            c += group
+
+    @cuda.jit(device=True)
+    def write_softmax_wide(x, out, row, rank, m, inv):
+        """...or 16 bytes at a time: two loads in flight, then two 16-byte stores."""
+        ncols = x.shape[1]
+        start = row * ncols
+        c = rank * width
+        while c + step < ncols:
+            a = load16(x, start + c)
+            b = load16(x, start + c + step)
+            store16(out, start + c, exp_times(a, m, inv))
+            store16(out, start + c + step, exp_times(b, m, inv))
+            c += 2 * step
+        if c < ncols:
+            store16(out, start + c, exp_times(load16(x, start + c), m, inv))
+
+    @cuda.jit(device=True)
+    def write_grad(x, grad, row, rank, t, row_lse, bad, scale):
+        """grad[row] = (exp(x[row] - lse) - onehot(t)) * scale, one element at a time..."""
+        ncols = x.shape[1]
+        c = rank
+        while c + 3 * group < ncols:
+            v0 = np.float32(x[row, c])
+            v1 = np.float32(x[row, c + group])
+            v2 = np.float32(x[row, c + 2 * group])
+            v3 = np.float32(x[row, c + 3 * group])
+            grad[row, c] = (math.exp(v0 - row_lse) - (ONE if c == t else bad)) * scale
+            grad[row, c + group] = (math.exp(v1 - row_lse) - (ONE if c + group == t else bad)) * scale
+            grad[row, c + 2 * group] = (math.exp(v2 - row_lse) - (ONE if c + 2 * group == t else bad)) * scale
+            grad[row, c + 3 * group] = (math.exp(v3 - row_lse) - (ONE if c + 3 * group == t else bad)) * scale
+            c += 4 * group
+        while c < ncols:
+            grad[row, c] = (math.exp(np.float32(x[row, c]) - row_lse) - (ONE if c == t else bad)) * scale
+            c += group
+
+    @cuda.jit(device=True)
+    def write_grad_wide(x, grad, row, rank, t, row_lse, bad, scale):
+        """...or 16 bytes at a time."""
+        ncols = x.shape[1]
+        start = row * ncols
+        c = rank * width
+        while c + step < ncols:
+            a = load16(x, start + c)
+            b = load16(x, start + c + step)
+            store16(grad, start + c, grad_of(a, row_lse, c, t, bad, scale))
+            store16(grad, start + c + step, grad_of(b, row_lse, c + step, t, bad, scale))
+            c += 2 * step
+        if c < ncols:
+            store16(grad, start + c, grad_of(load16(x, start + c), row_lse, c, t, bad, scale))
+
+    softmax_pass = write_softmax if width == 1 else write_softmax_wide
+    grad_pass = write_grad if width == 1 else write_grad_wide
+
     @cuda.jit(device=True)
     def group_max_sum(m, s, scratch_m, scratch_s):
         """Every thread of the group gets the row's (max, sum): shuffles within each warp, then,
@@ -314,7 +486,7 @@ def row_kernels(group):
         row_step = cuda.gridDim.x * groups_per_block
         ncols = x.shape[1]
         for row in range(first_row, x.shape[0], row_step):  # the same trip count for a whole group
-            m, s = online_max_sum(x, row, rank)
+            m, s = row_max_sum(x, row, rank)
             m, s = group_max_sum(m, s, scratch_m, scratch_s)
             if rank == 0:
                 log_total = math.log(s)
@@ -336,25 +508,10 @@ def row_kernels(group):
         rank = cuda.threadIdx.x % group
         first_row = cuda.blockIdx.x * groups_per_block + cuda.threadIdx.x // group
         row_step = cuda.gridDim.x * groups_per_block
-        ncols = x.shape[1]
         for row in range(first_row, x.shape[0], row_step):
-            m, s = online_max_sum(x, row, rank)
+            m, s = row_max_sum(x, row, rank)
             m, s = group_max_sum(m, s, scratch_m, scratch_s)
-            inv = ONE / s
-            c = rank
-            while c + 3 * group < ncols:  # four loads before the first store
-                v0 = np.float32(x[row, c])
-                v1 = np.float32(x[row, c + group])
-                v2 = np.float32(x[row, c + 2 * group])
-                v3 = np.float32(x[row, c + 3 * group])
-                out[row, c] = math.exp(v0 - m) * inv
-                out[row, c + group] = math.exp(v1 - m) * inv
-                out[row, c + 2 * group] = math.exp(v2 - m) * inv
-                out[row, c + 3 * group] = math.exp(v3 - m) * inv
-                c += 4 * group
-            while c < ncols:
-                out[row, c] = math.exp(np.float32(x[row, c]) - m) * inv
-                c += group
+            softmax_pass(x, out, row, rank, m, ONE / s)
 
     @cuda.jit
     def backward_kernel(x, targets, lse, grad):
@@ -369,20 +526,7 @@ def row_kernels(group):
             row_lse = lse[row]
             # An out-of-range target: the whole gradient row is NaN, like its loss.
             bad = ZERO if (t >= 0 and t < ncols) else NAN
-            c = rank
-            while c + 3 * group < ncols:
-                v0 = np.float32(x[row, c])
-                v1 = np.float32(x[row, c + group])
-                v2 = np.float32(x[row, c + 2 * group])
-                v3 = np.float32(x[row, c + 3 * group])
-                grad[row, c] = (math.exp(v0 - row_lse) - (ONE if c == t else bad)) * scale
-                grad[row, c + group] = (math.exp(v1 - row_lse) - (ONE if c + group == t else bad)) * scale
-                grad[row, c + 2 * group] = (math.exp(v2 - row_lse) - (ONE if c + 2 * group == t else bad)) * scale
-                grad[row, c + 3 * group] = (math.exp(v3 - row_lse) - (ONE if c + 3 * group == t else bad)) * scale
-                c += 4 * group
-            while c < ncols:
-                grad[row, c] = (math.exp(np.float32(x[row, c]) - row_lse) - (ONE if c == t else bad)) * scale
-                c += group
+            grad_pass(x, grad, row, rank, t, row_lse, bad, scale)
 
     return SimpleNamespace(cross_entropy=cross_entropy_kernel, softmax=softmax_kernel,
                            backward=backward_kernel, group=group, threads_per_block=threads_per_block)
@@ -396,14 +540,13 @@ def row_kernels(group):
 
 _WARP_SOFTMAX_SOURCE = """
 def {name}(x, out):
-    # A warp per row; lane l holds columns l, l+32, ..., l+32*{last_slot} in v0..v{last_slot}.
+    # A warp per row; {layout}
     lane = cuda.threadIdx.x % WARP
     first_row = cuda.grid(1) // WARP
     row_step = cuda.gridsize(1) // WARP
     ncols = x.shape[1]
     for row in range(first_row, x.shape[0], row_step):  # warp-uniform: all lanes, same rows
-        # {slots} independent loads per lane, all in flight at once. Each address is the row's
-        # start + 4*lane + 128*j bytes: one base register and a constant offset per load.
+        # {in_flight}
 {loads}
         top = _warp_max({max_of_all})
 {exps}
@@ -421,14 +564,24 @@ def _tree(op, names):
     return f"max({left}, {right})" if op == "max" else f"({left} + {right})"
 
 
+def warp_softmax_kernel(slots, full=False, width=1):
+    """See _warp_softmax_kernel: one compiled kernel per (slots, full, width)."""
+    return _warp_softmax_kernel(int(slots), bool(full), int(width))
+
+
 @lru_cache(maxsize=None)
-def warp_softmax_kernel(slots, full=False):
+def _warp_softmax_kernel(slots, full, width):
     """Softmax with a warp per row and the row in registers (OneFlow's design for rows up to 1024
     columns): read and write each byte once, 8*C bytes per row in float32.
 
     full=True: for rows of exactly 32*slots columns, with no bounds checks at all. The checks are
     not free: 2*slots comparisons, and every load and store predicated (on the H100, 1000-column
     rows run well below 1024-column ones: see the chapter's sweep).
+
+    width=4 (float32) or 8 (float16): the lane's values come in 16-byte loads of `width` columns
+    (load16) and go out in 16-byte stores: slots/width accesses per lane instead of 2*slots. Lane l
+    holds columns width*l .. width*l + width-1, then the same 32*width columns further, and so on.
+    Needs slots >= width, rows a multiple of `width` columns and 16-byte aligned arrays.
     """
     pad = " " * 8
     names = [f"v{j}" for j in range(slots)]
@@ -436,16 +589,27 @@ def warp_softmax_kernel(slots, full=False):
     def col(j):
         return "lane" if j == 0 else f"lane + {j * WARP}"
 
-    if full:
+    if width > 1:
+        loads, stores = _wide_register_body(slots, full, width, pad)
+    elif full:
         loads = [f"{pad}v{j} = np.float32(x[row, {col(j)}])" for j in range(slots)]
         stores = [f"{pad}out[row, {col(j)}] = v{j} * inv" for j in range(slots)]
     else:
         loads = [f"{pad}v{j} = np.float32(x[row, {col(j)}]) if {col(j)} < ncols else NEG_INF"
                  for j in range(slots)]
         stores = [f"{pad}if {col(j)} < ncols:\n{pad}    out[row, {col(j)}] = v{j} * inv" for j in range(slots)]
-    name = f"warp_softmax_{slots}" + ("_full" if full else "")
+    name = f"warp_softmax_{slots}" + ("_full" if full else "") + (f"_x{width}" if width > 1 else "")
+    if width == 1:
+        layout = f"lane l holds columns l, l+32, ..., l+32*{slots - 1} in v0..v{slots - 1}."
+        in_flight = (f"{slots} independent loads per lane, all in flight at once. Each address is the row's\n"
+                     f"{pad}# start + 4*lane + 128*j bytes: one base register and a constant offset per load.")
+    else:
+        layout = (f"lane l holds columns {width}l..{width}l+{width - 1}, the same {WARP * width} columns "
+                  f"further, ... in v0..v{slots - 1}.")
+        in_flight = (f"{slots // width} independent 16-byte loads per lane, all in flight at once, at the "
+                     f"row's start\n{pad}# + 16*lane + 512*k bytes: a warp reads 512 contiguous bytes per load.")
     source = _WARP_SOFTMAX_SOURCE.format(
-        name=name, slots=slots, last_slot=slots - 1, loads="\n".join(loads), max_of_all=_tree("max", names),
+        name=name, layout=layout, in_flight=in_flight, loads="\n".join(loads), max_of_all=_tree("max", names),
         exps="\n".join(f"{pad}v{j} = math.exp(v{j} - top)" for j in range(slots)),
         sum_of_all=_tree("+", names), stores="\n".join(stores))
     filename = f"<{name}>"
@@ -453,6 +617,34 @@ def warp_softmax_kernel(slots, full=False):
     namespace = dict(globals())
     exec(compile(source, filename, "exec"), namespace)
     return cuda.jit(namespace[name])
+
+
+def _wide_register_body(slots, full, width, pad):
+    """The loads and stores of the 16-byte register kernel: access k of a lane covers columns
+    width*lane + 32*width*k ... + width-1 (flat index `start` + 32*width*k), values v[width*k ...]."""
+    loads = [f"{pad}start = row * ncols + {width} * lane  # this lane's first column, as a flat index"]
+    stores = []
+    for k in range(slots // width):
+        values = [f"v{k * width + e}" for e in range(width)]
+        offset = "" if k == 0 else f" + {k * WARP * width}"
+        # float32 arrives as float32; float16 arrives as 8 halves (h...), converted for the arithmetic
+        if width == 4:
+            load = [f"{', '.join(values)} = load16(x, start{offset})"]
+        else:
+            halves = [f"h{k * width + e}" for e in range(width)]
+            load = [f"{', '.join(halves)} = load16(x, start{offset})"] + [
+                f"{v} = np.float32({h})" for v, h in zip(values, halves)]
+        store = f"store16(out, start{offset}, ({', '.join(v + ' * inv' for v in values)}))"
+        if full:
+            loads += [pad + line for line in load]
+            stores.append(pad + store)
+        else:  # ncols % width == 0: a lane's access is all inside the row or all past it
+            inside = f"{width} * lane{offset} < ncols"
+            loads.append(f"{pad}if {inside}:")
+            loads += [pad + "    " + line for line in load]
+            loads += [f"{pad}else:", f"{pad}    {' = '.join(values)} = NEG_INF"]
+            stores += [f"{pad}if {inside}:", f"{pad}    {store}"]
+    return loads, stores
 
 
 def _slots(ncols):
@@ -482,10 +674,18 @@ def _blocks(rows, rows_per_block):
     return max(1, min(math.ceil(rows / rows_per_block), sm_count() * MAX_WAVES))
 
 
-def _row_launch(name, rows, ncols):
+def _width(ncols, *arrays):
+    """Columns per 16-byte access (4 float32, 8 float16) when every row starts 16 bytes after a
+    16-byte boundary: rows a multiple of that many columns and every array 16-byte aligned. 1
+    otherwise (element by element: correct for any shape and any view)."""
+    width = per16(arrays[0].dtype)
+    return width if ncols % width == 0 and all(aligned(a, 16) for a in arrays) else 1
+
+
+def _row_launch(name, rows, ncols, width=1):
     """The configured launch of row_kernels' `name`: a warp per row up to WARP_ROW_MAX columns,
-    a block of ROW_THREADS per row above."""
-    kernels = row_kernels(WARP if ncols <= WARP_ROW_MAX else ROW_THREADS)
+    a block of ROW_THREADS per row above; `width` columns per access."""
+    kernels = row_kernels(WARP if ncols <= WARP_ROW_MAX else ROW_THREADS, width)
     rows_per_block = kernels.threads_per_block // kernels.group
     return getattr(kernels, name)[_blocks(rows, rows_per_block), kernels.threads_per_block]
 
@@ -506,19 +706,28 @@ def softmax_naive(x, out):
     return out
 
 
-def softmax(x, out, *, registers=True):
+def softmax(x, out, *, registers=True, wide=True):
     """A warp per row up to WARP_ROW_MAX columns (the row in registers; with registers=False, two
-    passes over the row instead), a block per row above."""
+    passes over the row instead), a block per row above. wide=True: 16-byte loads and stores
+    wherever the rows allow them (`_width`); wide=False: element by element, the chapter's
+    earlier kernels."""
     x, out = _softmax_args(x, out)
     rows, ncols = x.shape
+    width = _width(ncols, x, out) if wide else 1
     if ncols <= WARP_ROW_MAX and registers:
-        threads_per_block = 4 * WARP  # 4 warps, each looping over rows (the kernel's row loop)
-        blocks = max(1, min(math.ceil(rows / 4), sm_count() * WARP_ROW_BLOCKS_PER_SM))
         slots = _slots(ncols)
-        kernel = warp_softmax_kernel(slots, full=ncols == slots * WARP)
+        # fewer columns than one 16-byte access per lane (slots < width): element by element
+        width = width if slots >= width else 1
+        kernel = warp_softmax_kernel(slots, full=ncols == slots * WARP, width=width)
+        threads_per_block = 4 * WARP  # 4 warps, each looping over rows (the kernel's row loop)
+        # 4-byte: ~250 registers a thread, few resident warps: a grid that keeps them looping.
+        # 16-byte: ~72 registers (4x fewer loads, addresses and predicates to keep), so an SM holds
+        # 3x more warps and a grid sized to the data (a warp per row) is faster (measured).
+        per_sm = WARP_ROW_BLOCKS_PER_SM if width == 1 else MAX_WAVES
+        blocks = max(1, min(math.ceil(rows / 4), sm_count() * per_sm))
         kernel[blocks, threads_per_block](x, out)
     else:
-        _row_launch("softmax", rows, ncols)(x, out)
+        _row_launch("softmax", rows, ncols, width)(x, out)
     return out
 
 
@@ -554,12 +763,13 @@ def cross_entropy_naive(logits, targets, losses, lse, mean, *, check_targets=Tru
     return mean, losses, lse
 
 
-def cross_entropy(logits, targets, losses, lse, mean, *, check_targets=True):
-    """Fused forward: per-row loss and log-sum-exp in one read of the logits, then the batch mean."""
+def cross_entropy(logits, targets, losses, lse, mean, *, check_targets=True, wide=True):
+    """Fused forward: per-row loss and log-sum-exp in one read of the logits, then the batch mean.
+    wide: 16-byte loads of the logits where the rows allow them."""
     logits, targets, losses, lse, mean = _cross_entropy_args(logits, targets, losses, lse, mean,
                                                              check_targets)
     rows, ncols = logits.shape
-    _row_launch("cross_entropy", rows, ncols)(logits, targets, losses, lse)
+    _row_launch("cross_entropy", rows, ncols, _width(ncols, logits) if wide else 1)(logits, targets, losses, lse)
     batch_mean_kernel[1, TREE_THREADS](losses, mean)
     return mean, losses, lse
 
@@ -581,9 +791,11 @@ def cross_entropy_backward_naive(logits, targets, lse, grad, *, check_targets=Tr
     return grad
 
 
-def cross_entropy_backward(logits, targets, lse, grad, *, check_targets=True):
-    """grad = (softmax - onehot) / batch in one pass, from the lse the forward stored."""
+def cross_entropy_backward(logits, targets, lse, grad, *, check_targets=True, wide=True):
+    """grad = (softmax - onehot) / batch in one pass, from the lse the forward stored. wide: 16-byte
+    loads and stores where the rows allow them."""
     logits, targets, lse, grad = _backward_args(logits, targets, lse, grad, check_targets)
     rows, ncols = logits.shape
-    _row_launch("backward", rows, ncols)(logits, targets, lse, grad)
+    width = _width(ncols, logits, grad) if wide else 1
+    _row_launch("backward", rows, ncols, width)(logits, targets, lse, grad)
     return grad
