@@ -141,16 +141,45 @@ def test_simulator_rejects_what_a_gpu_would_fault_on():
     np.testing.assert_array_equal(out.copy_to_host(), [8, 9, 10, 11])
 
 
+@cuda.jit
+def negate_each_kernel(src, dst):
+    i = cuda.grid(1)
+    if i < src.size:
+        dst[i] = -np.float32(src[i])
+
+
+def negate(src, dst):
+    """dst = -src: 16-byte accesses when both arrays start on a 16-byte boundary, else one element
+    per thread (a 16-byte access at a misaligned address faults on a GPU)."""
+    width = per16(src.dtype)
+    if memory.aligned(src, 16) and memory.aligned(dst, 16):
+        negate_16_bytes_kernel(src.dtype)[(src.size + 64 * width - 1) // (64 * width), 64](src, dst)
+    else:
+        negate_each_kernel[(src.size + 63) // 64, 64](src, dst)
+    return dst
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("n", [1, 7, 8, 9, 31, 33, BIG])
+@pytest.mark.parametrize("n", [*range(1, 34), BIG])
 def test_16_byte_accesses(dtype, n):
-    # load16/store16: 4 float32 or 8 float16 per access, the same 16 bytes
+    # load16/store16: 4 float32 or 8 float16 per access, the same 16 bytes; the tail one by one
     width = per16(dtype)
     assert width * np.dtype(dtype).itemsize == 16
     x = (np.arange(n) % 97 - 40).astype(dtype)
-    out = cuda.device_array(n, dtype)
-    negate_16_bytes_kernel(dtype)[(n + 64 * width - 1) // (64 * width), 64](cuda.to_device(x), out)
+    out = negate(cuda.to_device(x), cuda.device_array(n, dtype))
     np.testing.assert_array_equal(out.copy_to_host(), -x)
+
+
+@pytest.mark.parametrize("dtype, offset", [(np.float32, k) for k in range(4)] + [(np.float16, k) for k in range(8)])
+def test_16_byte_alignment_offsets(dtype, offset):
+    # A view `offset` elements into an aligned buffer is 16-byte aligned only for offset 0; the
+    # others must take the element-by-element kernel, and every path gives the same answer.
+    n = 45
+    x = (np.arange(n + offset) % 13 - 6).astype(dtype)
+    src = cuda.to_device(x)[offset:]
+    dst = cuda.device_array(n + offset, dtype)[offset:]
+    assert memory.aligned(src, 16) == (offset == 0)
+    np.testing.assert_array_equal(negate(src, dst).copy_to_host(), -x[offset:])
 
 
 @pytest.mark.skipif(not SIM, reason="the simulator's checks; a GPU faults instead")
