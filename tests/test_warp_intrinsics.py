@@ -722,3 +722,38 @@ def test_launch_configurations_kept_for_later_are_independent():
     large(out_large)
     assert list(out_small.copy_to_host()) == [1, 1, 1, 1, 0, 0, 0, 0]
     assert list(out_large.copy_to_host()) == [1, 1, 1, 1, 2, 2, 2, 2]
+
+
+_FAILING_LAUNCH = """
+import workbook
+import numpy as np
+from numba import cuda
+
+@cuda.jit
+def first_thread_raises(out):
+    if cuda.grid(1) < out.size:  # a stub behind a bounds check: only thread 0 raises
+        raise NotImplementedError("a student's stub")
+
+try:
+    first_thread_raises[2, 1024](cuda.device_array(1, np.float32))
+except NotImplementedError as error:
+    print("raised:", error)
+"""
+
+
+@sim_only
+def test_a_failing_first_launch_raises_instead_of_hanging():
+    # The first launch of a process meets an empty thread pool: every simulated thread is new. When
+    # thread 0 raises (a stub's NotImplementedError) before the others are assigned, the launch must
+    # end with the error. It once hung here (a new thread had no `waiting_in` for the failure handler
+    # to read), and only in a fresh process, which is why this runs in one.
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, WORKBOOK_DEVICE="sim", WORKBOOK_COMPILE="0")
+    result = subprocess.run([sys.executable, "-c", _FAILING_LAUNCH], capture_output=True, text=True,
+                            timeout=120, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert result.returncode == 0, result.stderr
+    assert "raised:" in result.stdout and "a student's stub" in result.stdout
+    assert "Exception in thread" not in result.stderr, result.stderr

@@ -188,6 +188,9 @@ class _Thread(threading.Thread):
 
     def __init__(self):
         super().__init__(daemon=True, name="simulated cuda thread")
+        # Read by a failing thread's BlockScheduler._fail for every thread of the launch, including
+        # those not yet assigned: a new thread must already say "not waiting".
+        self.waiting_in = None
         self.go = threading.Lock()
         self.go.acquire()  # released by assign(): "play this CUDA thread"
 
