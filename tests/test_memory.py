@@ -244,3 +244,17 @@ def test_ptx_of_chapter_03s_fused_unscale(dtype, load):
     ptx = workbook.show_ptx(k.unscale_fused_kernels[np.dtype(dtype)], np.zeros((3, 2), np.int64), np.zeros(1, np.float32),
                             np.zeros(1, np.float32), grep=r"\.v4")
     assert load in ptx and load.replace("ld.", "st.") in ptx
+
+
+@needs_compiler
+def test_ptx_of_chapter_04s_wide_gemm():
+    # The wide tile reads its fragments 16 bytes at a time: per depth row, TM/4 + TN/4 = 4 shared
+    # loads of 4 words for 64 FMAs (the 4-byte tile: 16 loads); its tile loader, 16-byte global loads.
+    from chapters.ch04_implicit_gemm import kernels as k
+
+    tile = k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=True, prefetch=True)
+    a = np.zeros((8, 8), np.float32)
+    gemm_kernel, _ = k.make_kernels(tile, True)
+    ptx = workbook.show_ptx(gemm_kernel, a, a, 8, np.zeros((1, 8, 8), np.float32), grep=r"\.v4")
+    assert "ld.shared.v4.f32" in ptx and "ld.global.v4.f32" in ptx and "st.shared.v4.f32" in ptx
+    assert not re.search(r"ld\.shared\.f32", ptx)  # no 4-byte fragment loads left

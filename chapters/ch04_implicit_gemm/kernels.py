@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from workbook import ON_GPU
 from workbook.inputs import require, sm_count
+from workbook.memory import aligned, load4, shared_load4, shared_store4
 
 # ---------------------------------------------------------------------------------------------
 # Geometry: the shapes, and the checks every wrapper shares.
@@ -278,6 +279,10 @@ class Tile:
     TM: int  # outputs per thread, rows
     TN: int  # outputs per thread, columns
     min_blocks: int = 1  # launch bound: blocks per SM the compiler must fit (caps registers)
+    wide: bool = False  # 16-byte shared loads of the fragments (and 16-byte global loads when it can)
+    warp_columns: int = 0  # a warp's 32 threads cover (32 / warp_columns) x warp_columns of the
+    #                        TY x TX thread grid (0: min(TX, 32), whole rows of the grid)
+    prefetch: bool = False  # load the fragments of row kk + 1 of the tile before row kk's FMAs
 
     @property
     def threads(self):
@@ -291,13 +296,20 @@ class Tile:
 # 64 threads of 2x4 (and 32 of 2x2): the same code, small enough to run in seconds.
 GPU_TILES = {
     "128x128": Tile(128, 128, 8, 8, 8, min_blocks=2),  # 2 blocks of 8 warps per SM: <= 128 registers
-    "128x128, 1 block/SM": Tile(128, 128, 8, 8, 8),  # no register cap
     "128x128, BK=16": Tile(128, 128, 16, 8, 8),  # half the syncthreads per FMA; 1 block per SM
     "64x128": Tile(64, 128, 8, 4, 8, min_blocks=2),  # K = 64 fills it
-    "128x64": Tile(128, 64, 8, 8, 4, min_blocks=2),
     "64x64": Tile(64, 64, 8, 4, 4, min_blocks=3),  # 4x the blocks: for layers with few columns
+    # The optimized step: fragments read 16 bytes at a time (4 shared loads per 64 FMAs instead of
+    # 16), tiles loaded from global memory 16 bytes at a time where the shapes allow, and (prefetch)
+    # the next row's fragments loaded while this row's FMAs run.
+    "128x128 wide": Tile(128, 128, 8, 8, 8, min_blocks=2, wide=True),
+    "128x128 wide, prefetch": Tile(128, 128, 8, 8, 8, min_blocks=2, wide=True, prefetch=True),
+    "128x128 wide, prefetch, BK=16": Tile(128, 128, 16, 8, 8, min_blocks=2, wide=True, prefetch=True),
+    "64x128 wide, prefetch": Tile(64, 128, 8, 4, 8, min_blocks=2, wide=True, prefetch=True),
+    "64x64 wide, prefetch": Tile(64, 64, 8, 4, 4, min_blocks=3, wide=True, prefetch=True),
 }
-SIM_TILES = {"16x32": Tile(16, 32, 4, 2, 4), "8x16": Tile(8, 16, 4, 2, 2)}
+SIM_TILES = {"16x32": Tile(16, 32, 4, 2, 4), "8x16": Tile(8, 16, 4, 2, 2),
+             "16x32 wide, prefetch": Tile(16, 32, 8, 4, 4, wide=True, prefetch=True)}
 TILES = GPU_TILES if ON_GPU else SIM_TILES
 DEFAULT_TILE = next(iter(TILES.values()))
 
@@ -308,21 +320,184 @@ U64 = np.uint64
 
 
 @lru_cache(maxsize=None)
-def make_kernels(tile):
-    """Compile-time tile sizes -> (gemm_kernel, implicit_conv_kernel) with that tiling."""
+def make_kernels(tile, quads=False):
+    """Compile-time tile sizes -> (gemm_kernel, implicit_conv_kernel) with that tiling.
+
+    quads: the GEMM kernel loads its A and B tiles from global memory 16 bytes at a time (load4);
+    the caller checked that the rows of a and b are whole, 16-byte aligned quads.
+    """
     BM, BN, BK, TM, TN = tile.BM, tile.BN, tile.BK, tile.TM, tile.TN
     TY, TX = BM // TM, BN // TN
     THREADS = TY * TX
+    # A thread's outputs come in groups of G adjacent rows and G adjacent columns: G = 1 is the
+    # interleaved layout drawn above; G = 4 (a wide tile) lets one ld.shared.v4 read 4 of its
+    # A values and one 4 of its B values.
+    G = 4 if tile.wide else 1
+    V = 4 if quads else 1  # elements per global load of the GEMM's tile loader
     if THREADS % BK or THREADS % BN or (BM * BK) % THREADS or (BK * BN) % THREADS:
         raise ValueError(f"tile {tile}: every thread must load whole rows of the A and B tiles")
+    if TM % G or TN % G or (BM * BK) % (V * THREADS) or (BK * BN) % (V * THREADS) or BK % V or (tile.prefetch and BK % 2):
+        raise ValueError(f"tile {tile}: a wide tile needs TM, TN, BK multiples of 4 and whole quads per thread; "
+                         "prefetch an even BK")
+    PREFETCH = tile.prefetch
+    WARP_TX = tile.warp_columns or min(TX, 32)
+    WARPS_ACROSS = TX // WARP_TX  # warps side by side along a row of the thread grid
+    if 32 % WARP_TX or TX % WARP_TX or (THREADS >= 32 and TY % (32 // WARP_TX)):
+        raise ValueError(f"tile {tile}: a warp's {32 // WARP_TX} x {WARP_TX} threads must tile the "
+                         f"{TY} x {TX} thread grid")
     A_LOADS, A_STEP = BM * BK // THREADS, THREADS // BK  # A tile elements per thread, row stride
     B_LOADS, B_STEP = BK * BN // THREADS, THREADS // BN
+    A_QUADS, A_QUAD_STEP = A_LOADS // V, THREADS * V // BK  # the same, one quad per load
+    B_QUADS, B_QUAD_STEP = B_LOADS // V, THREADS * V // BN
     # A_s row padding: a warp stores 32/BK consecutive rows of A into BK rows of A_s; a row pitch of
-    # BM + 32/BK words puts those 32 stores into 32 different banks.
-    A_PITCH = BM + max(1, 32 // BK)
-    options = {"fastmath": True}
-    if ON_GPU:  # the simulator's jit knows no launch bounds
+    # BM + 32/BK words puts those 32 stores into 32 different banks. A wide tile reads A_s rows 16
+    # bytes at a time, so its pitch stays a multiple of 4 words.
+    A_PITCH = BM + max(G, 32 // BK)
+    options, inline = {"fastmath": True}, {"device": True}
+    if ON_GPU:  # the simulator's jit knows no launch bounds, nor inlining
         options["launch_bounds"] = (THREADS, tile.min_blocks)
+        # The helpers below take the thread's register arrays: inlined into the kernel (NVVM IR
+        # level), their constant indices let LLVM keep the arrays in registers.
+        inline["forceinline"] = True
+
+    @cuda.jit(**inline)
+    def load_fragments(a_s, b_s, buf, kk, ty, tx, ra, rb, slot):
+        """This thread's TM values of A_s row kk and TN values of B_s row kk into ra[slot], rb[slot]."""
+        if G == 1:
+            # Views starting at this thread's first word: the loads below have constant offsets
+            # from one address per kk, not one 64-bit sum per load.
+            a_k = a_s[buf, kk, ty:]
+            b_k = b_s[buf, kk, tx:]
+            for i in range(TM):
+                ra[slot, i] = a_k[TY * i]  # a warp reads 2 broadcast words
+            for j in range(TN):
+                rb[slot, j] = b_k[TX * j]  # a warp reads 16 consecutive words: no bank conflict
+        else:  # 16 bytes per load: TM/4 + TN/4 shared loads instead of TM + TN
+            a_k = U64((buf * BK + kk) * A_PITCH + 4 * ty)
+            b_k = U64((buf * BK + kk) * BN + 4 * tx)
+            for i in range(TM // 4):
+                (ra[slot, 4 * i], ra[slot, 4 * i + 1],
+                 ra[slot, 4 * i + 2], ra[slot, 4 * i + 3]) = shared_load4(a_s, a_k + 4 * TY * i)
+            for j in range(TN // 4):
+                (rb[slot, 4 * j], rb[slot, 4 * j + 1],
+                 rb[slot, 4 * j + 2], rb[slot, 4 * j + 3]) = shared_load4(b_s, b_k + 4 * TX * j)
+
+    @cuda.jit(**inline)
+    def rank1_update(acc, ra, rb, slot):
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] += ra[slot, i] * rb[slot, j]
+
+    @cuda.jit(**inline)
+    def multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc):
+        """acc += A_s[buf] x B_s[buf]: BK rank-1 updates of this thread's TM x TN outputs.
+
+        With PREFETCH, the fragments of row kk + 1 are loaded before row kk's FMAs, into the other
+        half of ra and rb, so that the FMAs need not wait for the shared loads (16 more registers).
+        The loop is unrolled by two by hand: NVVM does not unroll it (512 FMAs), and an array
+        indexed by a variable cannot live in registers."""
+        if not PREFETCH:
+            for kk in range(BK):
+                load_fragments(a_s, b_s, buf, kk, ty, tx, ra, rb, 0)
+                rank1_update(acc, ra, rb, 0)
+        else:
+            load_fragments(a_s, b_s, buf, 0, ty, tx, ra, rb, 0)
+            for kk in range(0, BK, 2):
+                load_fragments(a_s, b_s, buf, kk + 1, ty, tx, ra, rb, 1)
+                rank1_update(acc, ra, rb, 0)
+                if kk + 2 < BK:
+                    load_fragments(a_s, b_s, buf, kk + 2, ty, tx, ra, rb, 0)
+                rank1_update(acc, ra, rb, 1)
+
+    @cuda.jit(**inline)
+    def thread_position(t):
+        """(tx, ty) of thread t in the TY x TX grid: each warp a (32 / WARP_TX) x WARP_TX patch of it."""
+        warp, lane = t // 32, t % 32
+        return ((warp % WARPS_ACROSS) * WARP_TX + lane % WARP_TX,
+                (warp // WARPS_ACROSS) * (32 // WARP_TX) + lane // WARP_TX)
+
+    @cuda.jit(**inline)
+    def output_row(i, ty):  # the tile row of this thread's i-th register row
+        return (i // G) * (G * TY) + G * ty + i % G
+
+    @cuda.jit(**inline)
+    def output_column(j, tx):
+        return (j // G) * (G * TX) + G * tx + j % G
+
+    @cuda.jit(**inline)
+    def load_a_tile(a, row0, k0, t, next_a):
+        """The A tile of depth step k0 into registers: zeros past the matrix's edges."""
+        M, KD = a.shape
+        if V == 1:
+            ak, am = t % BK, t // BK  # A[row0 + am + A_STEP*l, k0 + ak]: a warp reads 4 rows of 32 bytes
+            for l in range(A_LOADS):
+                m = row0 + am + A_STEP * l
+                next_a[l] = a[U64(m), U64(k0 + ak)] if m < M and k0 + ak < KD else float32(0)
+        else:
+            ak, am = V * (t % (BK // V)), t // (BK // V)  # a quad A[m, k0+ak .. k0+ak+3]
+            for l in range(A_QUADS):
+                m = row0 + am + A_QUAD_STEP * l
+                quad = (float32(0), float32(0), float32(0), float32(0))
+                if m < M and k0 + ak < KD:  # KD % 4 == 0: the quad is whole
+                    quad = load4(a, U64(m) * U64(KD) + U64(k0 + ak))
+                next_a[4 * l], next_a[4 * l + 1], next_a[4 * l + 2], next_a[4 * l + 3] = quad
+
+    @cuda.jit(**inline)
+    def store_a_tile(a_s, buf, t, next_a):  # transposed: a_s[k, m] = A[m, k]
+        if V == 1:
+            ak, am = t % BK, t // BK
+            for l in range(A_LOADS):
+                a_s[buf, ak, am + A_STEP * l] = next_a[l]
+        else:
+            ak, am = V * (t % (BK // V)), t // (BK // V)
+            for l in range(A_QUADS):
+                for e in range(4):
+                    a_s[buf, ak + e, am + A_QUAD_STEP * l] = next_a[4 * l + e]
+
+    @cuda.jit(**inline)
+    def load_b_tile(b, col0, k0, t, next_b):
+        KD, NC = b.shape
+        if V == 1:
+            bk, bn = t // BN, t % BN  # B[k0 + bk + B_STEP*l, col0 + bn]: a warp reads 128 bytes
+            for l in range(B_LOADS):
+                k = k0 + bk + B_STEP * l
+                next_b[l] = b[U64(k), U64(col0 + bn)] if k < KD and col0 + bn < NC else float32(0)
+        else:
+            bk, bn = t // (BN // V), V * (t % (BN // V))  # a warp reads 512 bytes of one row
+            for l in range(B_QUADS):
+                k = k0 + bk + B_QUAD_STEP * l
+                quad = (float32(0), float32(0), float32(0), float32(0))
+                if k < KD and col0 + bn < NC:  # NC % 4 == 0: the quad is whole
+                    quad = load4(b, U64(k) * U64(NC) + U64(col0 + bn))
+                next_b[4 * l], next_b[4 * l + 1], next_b[4 * l + 2], next_b[4 * l + 3] = quad
+
+    @cuda.jit(**inline)
+    def store_b_tile(b_s, buf, t, next_b):
+        if V == 1:
+            bk, bn = t // BN, t % BN
+            for l in range(B_LOADS):
+                b_s[buf, bk + B_STEP * l, bn] = next_b[l]
+        else:
+            bk, bn = t // (BN // V), V * (t % (BN // V))
+            for l in range(B_QUADS):
+                shared_store4(b_s, U64((buf * BK + bk + B_QUAD_STEP * l) * BN + bn),
+                              (next_b[4 * l], next_b[4 * l + 1], next_b[4 * l + 2], next_b[4 * l + 3]))
+
+    @cuda.jit(**inline)
+    def store_outputs(c, acc, row0, col0, ty, tx, M, NC, PQ):
+        """Epilogue: column -> (image n, position pq) of the NKPQ output."""
+        for j in range(TN):
+            col = col0 + output_column(j, tx)
+            if col < NC:
+                n = col // PQ
+                pq = col - n * PQ
+                for i in range(TM):
+                    m = row0 + output_row(i, ty)
+                    if m < M:
+                        if cuda.gridDim.z == 1:
+                            c[n, m, pq] = acc[i, j]
+                        else:  # slices of the depth add up in c, which the host zeroed
+                            cuda.atomic.add(c, (n, m, pq), acc[i, j])
 
     @cuda.jit(**options)
     def gemm_kernel(a, b, PQ, c):
@@ -330,75 +505,37 @@ def make_kernels(tile):
         M, KD = a.shape
         NC = b.shape[1]
         t = cuda.threadIdx.x
-        tx, ty = t % TX, t // TX
+        tx, ty = thread_position(t)
         row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
         a_s = cuda.shared.array((2, BK, A_PITCH), float32)  # A tile, transposed: a_s[k, m]
         b_s = cuda.shared.array((2, BK, BN), float32)
         acc = cuda.local.array((TM, TN), float32)  # registers: indexed by unrolled constants only
-        ra = cuda.local.array(TM, float32)
-        rb = cuda.local.array(TN, float32)
+        ra = cuda.local.array((2, TM), float32)  # this thread's fragments of A and B (two with PREFETCH)
+        rb = cuda.local.array((2, TN), float32)
         next_a = cuda.local.array(A_LOADS, float32)  # the next tile, in flight
         next_b = cuda.local.array(B_LOADS, float32)
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = float32(0)
-        ak, am = t % BK, t // BK  # this thread loads A[row0 + am + A_STEP*l, k0 + ak]
-        bk, bn = t // BN, t % BN  # and B[k0 + bk + B_STEP*l, col0 + bn]: a warp reads 128 bytes
         # Split-K: blockIdx.z takes one slice of the depth steps (gridDim.z == 1: all of them).
         per_slice = ((KD + BK - 1) // BK + cuda.gridDim.z - 1) // cuda.gridDim.z
         first = cuda.blockIdx.z * per_slice
         last = min((KD + BK - 1) // BK, first + per_slice)
 
-        k0 = first * BK  # load the first step (zeros past the matrix edges: no special case)
-        for l in range(A_LOADS):
-            m = row0 + am + A_STEP * l
-            next_a[l] = a[U64(m), U64(k0 + ak)] if m < M and k0 + ak < KD else float32(0)
-        for l in range(B_LOADS):
-            k = k0 + bk + B_STEP * l
-            next_b[l] = b[U64(k), U64(col0 + bn)] if k < KD and col0 + bn < NC else float32(0)
-
+        load_a_tile(a, row0, first * BK, t, next_a)  # the first step (zeros past the edges)
+        load_b_tile(b, col0, first * BK, t, next_b)
         for step in range(first, last):
             buf = (step - first) & 1
             # Store step's tile into buffer `buf`. Every thread passed the syncthreads below after
             # it finished reading this buffer two steps ago, so nobody is still reading it.
-            for l in range(A_LOADS):
-                a_s[buf, ak, am + A_STEP * l] = next_a[l]
-            for l in range(B_LOADS):
-                b_s[buf, bk + B_STEP * l, bn] = next_b[l]
+            store_a_tile(a_s, buf, t, next_a)
+            store_b_tile(b_s, buf, t, next_b)
             cuda.syncthreads()
             if step + 1 < last:  # issue the next step's global loads now; use them after the FMAs
-                k0 = (step + 1) * BK
-                for l in range(A_LOADS):
-                    m = row0 + am + A_STEP * l
-                    next_a[l] = a[U64(m), U64(k0 + ak)] if m < M and k0 + ak < KD else float32(0)
-                for l in range(B_LOADS):
-                    k = k0 + bk + B_STEP * l
-                    next_b[l] = b[U64(k), U64(col0 + bn)] if k < KD and col0 + bn < NC else float32(0)
-            for kk in range(BK):
-                # Views starting at this thread's first word: the loads below have constant offsets
-                # from one address per kk, not one 64-bit sum per load.
-                a_k = a_s[buf, kk, ty:]
-                b_k = b_s[buf, kk, tx:]
-                for i in range(TM):
-                    ra[i] = a_k[TY * i]  # a warp reads 2 broadcast words
-                for j in range(TN):
-                    rb[j] = b_k[TX * j]  # a warp reads 16 consecutive words: no bank conflict
-                for i in range(TM):
-                    for j in range(TN):
-                        acc[i, j] += ra[i] * rb[j]
-
-        for j in range(TN):  # epilogue: column -> (image n, position pq) of the NKPQ output
-            col = col0 + tx + TX * j
-            if col < NC:
-                n = col // PQ
-                pq = col - n * PQ
-                for i in range(TM):
-                    m = row0 + ty + TY * i
-                    if m < M:
-                        if cuda.gridDim.z == 1:
-                            c[n, m, pq] = acc[i, j]
-                        else:  # slices of the depth add up in c, which the host zeroed
-                            cuda.atomic.add(c, (n, m, pq), acc[i, j])
+                load_a_tile(a, row0, (step + 1) * BK, t, next_a)
+                load_b_tile(b, col0, (step + 1) * BK, t, next_b)
+            multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
+        store_outputs(c, acc, row0, col0, ty, tx, M, NC, PQ)
 
     @cuda.jit(**options)
     def implicit_conv_kernel(x, a, taps_table, H, W, PQ, Q, R, S, sh, sw, ph, pw, dh, dw, c):
@@ -410,21 +547,19 @@ def make_kernels(tile):
         NC = c.shape[0] * PQ
         CHW = x.size // c.shape[0]
         t = cuda.threadIdx.x
-        tx, ty = t % TX, t // TX
+        tx, ty = thread_position(t)
         row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
         a_s = cuda.shared.array((2, BK, A_PITCH), float32)
         b_s = cuda.shared.array((2, BK, BN), float32)
         acc = cuda.local.array((TM, TN), float32)
-        ra = cuda.local.array(TM, float32)
-        rb = cuda.local.array(TN, float32)
+        ra = cuda.local.array((2, TM), float32)
+        rb = cuda.local.array((2, TN), float32)
         next_a = cuda.local.array(A_LOADS, float32)
         next_b = cuda.local.array(B_LOADS, float32)
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = float32(0)
-        ak, am = t % BK, t // BK
-        bk, bn = t // BN, t % BN
-        # Split-K: blockIdx.z takes one slice of the depth steps (gridDim.z == 1: all of them).
+        bk, bn = t // BN, t % BN  # this thread loads B[k0 + bk + B_STEP*l, col0 + bn]
         per_slice = ((KD + BK - 1) // BK + cuda.gridDim.z - 1) // cuda.gridDim.z
         first = cuda.blockIdx.z * per_slice
         last = min((KD + BK - 1) // BK, first + per_slice)
@@ -440,10 +575,8 @@ def make_kernels(tile):
                     if h >= 0 and h < H and w >= 0 and w < W:
                         on_image |= 1 << (r * S + s)
 
+        load_a_tile(a, row0, first * BK, t, next_a)
         k0 = first * BK
-        for l in range(A_LOADS):
-            m = row0 + am + A_STEP * l
-            next_a[l] = a[U64(m), U64(k0 + ak)] if m < M and k0 + ak < KD else float32(0)
         for l in range(B_LOADS):
             # One 8-byte table entry per row, the same for the whole warp (a broadcast):
             # (x offset of row (c, r, s)) << 6 | tap r*S + s. Padding rows carry tap 63, never on.
@@ -455,45 +588,21 @@ def make_kernels(tile):
 
         for step in range(first, last):
             buf = (step - first) & 1
-            for l in range(A_LOADS):
-                a_s[buf, ak, am + A_STEP * l] = next_a[l]
+            store_a_tile(a_s, buf, t, next_a)
             for l in range(B_LOADS):
                 b_s[buf, bk + B_STEP * l, bn] = next_b[l]
             cuda.syncthreads()
             if step + 1 < last:
+                load_a_tile(a, row0, (step + 1) * BK, t, next_a)
                 k0 = (step + 1) * BK
-                for l in range(A_LOADS):
-                    m = row0 + am + A_STEP * l
-                    next_a[l] = a[U64(m), U64(k0 + ak)] if m < M and k0 + ak < KD else float32(0)
                 for l in range(B_LOADS):
                     entry = taps_table[U64(k0 + bk + B_STEP * l)]
                     value = float32(0)
                     if (on_image >> (entry & 63)) & 1:
                         value = x[U64(base + (entry >> 6))]
                     next_b[l] = value
-            for kk in range(BK):
-                a_k = a_s[buf, kk, ty:]
-                b_k = b_s[buf, kk, tx:]
-                for i in range(TM):
-                    ra[i] = a_k[TY * i]
-                for j in range(TN):
-                    rb[j] = b_k[TX * j]
-                for i in range(TM):
-                    for j in range(TN):
-                        acc[i, j] += ra[i] * rb[j]
-
-        for j in range(TN):
-            col = col0 + tx + TX * j
-            if col < NC:
-                n = col // PQ
-                pq = col - n * PQ
-                for i in range(TM):
-                    m = row0 + ty + TY * i
-                    if m < M:
-                        if cuda.gridDim.z == 1:
-                            c[n, m, pq] = acc[i, j]
-                        else:  # slices of the depth add up in c, which the host zeroed
-                            cuda.atomic.add(c, (n, m, pq), acc[i, j])
+            multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
+        store_outputs(c, acc, row0, col0, ty, tx, M, NC, PQ)
 
     return gemm_kernel, implicit_conv_kernel
 
@@ -574,10 +683,22 @@ def gemm(a, b, c, *, tile=None, splits=None):
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
     c = require(c, "c", dtype=np.float32, shape=(a.shape[0], b.shape[1]))
     tile = _tile(tile)
-    gemm_kernel, _ = make_kernels(tile)
+    gemm_kernel, _ = make_kernels(tile, _quads(tile, a, b))
     _launch_gemm(gemm_kernel, tile, a.shape[0], b.shape[1], a.shape[1], splits, c.reshape(1, *c.shape),
                  a, b, b.shape[1])
     return c
+
+
+def _tile_takes_quads(tile):
+    per_thread = 4 * tile.threads
+    return tile.wide and (tile.BM * tile.BK) % per_thread == 0 and (tile.BK * tile.BN) % per_thread == 0
+
+
+def _quads(tile, *matrices):
+    """Can a wide tile load these row-major matrices from global memory 16 bytes at a time? Every
+    row a whole number of quads, the first element 16-byte aligned, and a whole number of quads per
+    thread in each tile (else: 4-byte loads)."""
+    return (_tile_takes_quads(tile) and all(m.shape[1] % 4 == 0 and aligned(m) for m in matrices))
 
 
 def _conv_args(x, w, out, stride, padding, dilation):
@@ -606,9 +727,10 @@ def conv2d_explicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=Non
         workspace = cuda.device_array((g.gemm_depth, g.gemm_columns), dtype=np.float32)
     col = im2col(x, g, workspace)
     tile = _tile(tile)
-    gemm_kernel, _ = make_kernels(tile)
+    a = w.reshape(g.K, g.gemm_depth)
+    gemm_kernel, _ = make_kernels(tile, _quads(tile, a, col))
     _launch_gemm(gemm_kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
-                 out.reshape(g.N, g.K, g.P * g.Q), w.reshape(g.K, g.gemm_depth), col, g.P * g.Q)
+                 out.reshape(g.N, g.K, g.P * g.Q), a, col, g.P * g.Q)
     return out
 
 
@@ -623,9 +745,10 @@ def conv2d_implicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=Non
         raise ValueError(f"implicit GEMM supports filters of at most {MAX_TAPS} taps (R*S), "
                          f"not {g.R}x{g.S}; use conv2d_explicit")
     tile = _tile(tile)
-    _, implicit_conv_kernel = make_kernels(tile)
+    a = w.reshape(g.K, g.gemm_depth)
+    _, implicit_conv_kernel = make_kernels(tile, _quads(tile, a))  # quads: the A tile (filters) only
     _launch_gemm(implicit_conv_kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
-                 out.reshape(g.N, g.K, g.P * g.Q), x.reshape(-1), w.reshape(g.K, g.gemm_depth),
+                 out.reshape(g.N, g.K, g.P * g.Q), x.reshape(-1), a,
                  _device_tap_table(g), g.H, g.W, g.P * g.Q, g.Q, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)
     return out
 
@@ -657,12 +780,14 @@ def resources(tile):
     """Registers per thread, local (spilled) bytes per thread, shared bytes per block, on a GPU."""
     if not ON_GPU:
         return None
-    usage = {}
-    for kernel in make_kernels(_tile(tile)):
-        if not kernel.overloads:  # not compiled yet: nothing launched it
-            continue
-        compiled = next(iter(kernel.overloads.values()))  # one per argument types; all alike here
-        usage[kernel.py_func.__name__] = {"registers": compiled.regs_per_thread,
-                                          "local bytes": compiled.local_mem_per_thread,
-                                          "shared bytes": compiled.shared_mem_per_block}
+    usage, tile = {}, _tile(tile)
+    for quads in (False, True) if _tile_takes_quads(tile) else (False,):
+        for kernel in make_kernels(tile, quads):
+            if not kernel.overloads:  # not compiled yet: nothing launched it
+                continue
+            compiled = next(iter(kernel.overloads.values()))  # one per argument types; all alike here
+            name = kernel.py_func.__name__ + (", 16-byte global loads" if quads else "")
+            usage[name] = {"registers": compiled.regs_per_thread,
+                           "local bytes": compiled.local_mem_per_thread,
+                           "shared bytes": compiled.shared_mem_per_block}
     return usage
