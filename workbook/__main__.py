@@ -163,13 +163,16 @@ def summary_rows(chapter_ids, slug, base=None):
                     "ceiling": _fmt(t.get("fraction_of_ceiling"), ".0%"),
                     "vs naive": "-" if not vs_first else f"{vs_first[0]:.2f}x",
                     "vs baseline": "-" if not vs_base else f"{vs_base[0]:.2f}x",
+                    "host/call": _fmt(t.get("host_us"), ".0f", " us") + (" (sync)" if t.get("synchronises") else ""),
+                    "1 call": _fmt(t.get("latency_us"), ".0f", " us"),
                 })
         for bar in (timed or {}).get("bars", []):
             bars.append({"chapter": chapter_id, **bar})
     return rows, bars
 
 
-COLUMNS = ("chapter", "case", "kernel", "correct", "time", "rate", "ceiling", "vs naive", "vs baseline")
+COLUMNS = ("chapter", "case", "kernel", "correct", "time", "rate", "ceiling", "vs naive", "vs baseline",
+           "host/call", "1 call")
 
 
 def summary(console, chapter_ids, slug, base=None):

@@ -6,8 +6,11 @@
 Each callable launches its kernel(s) and returns the output(s). compare() calls each once (the
 warm-up: compilation is never timed) and checks that output against the reference, then times all
 of them interleaved (naive, optimized, baseline, naive, ...) with CUDA events, so that clock or
-thermal drift hits every variant alike. It reports the median and the spread (25th-75th percentile),
-GB/s from the bytes the caller counted, the fraction of the device-to-device copy ceiling measured
+thermal drift hits every variant alike; before each timed call the GPU is held until the host has
+queued the whole call (see `held`), so the times are the GPU's, whatever the call costs in Python.
+What the call costs the CPU is measured apart: `host_us` (calls queued back to back, per call) and
+`latency_us` (one call and a synchronize, as `%timeit` sees it). It reports the median and the
+spread (25th-75th percentile) of the GPU time, GB/s from the bytes the caller counted, the fraction of the device-to-device copy ceiling measured
 in this same process, TFLOP/s from the FLOPs the caller counted, and speed-ups with their spread
 (the ratio is taken repeat by repeat, over interleaved pairs).
 
@@ -36,6 +39,9 @@ class Timing:
     bytes: float | None = None
     flops: float | None = None
     ceiling_gbps: float | None = None
+    host_us: float | None = None  # what one call costs the CPU (see host_cost_us)
+    latency_us: float | None = None  # one call, synchronised: host + GPU + the wait, wall clock
+    synchronises: bool = False  # the call waits for the GPU itself (see compare)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -116,6 +122,9 @@ class Comparison:
                 "gbps": t.gbps if self.meaningful else None,
                 "tflops": t.tflops if self.meaningful else None,
                 "fraction_of_ceiling": t.fraction_of_ceiling if self.meaningful else None,
+                "host_us": t.host_us if self.meaningful else None,
+                "latency_us": t.latency_us if self.meaningful else None,
+                **({"synchronises": True} if t.synchronises else {}),
                 **t.extra,
             }
             if self.meaningful:
@@ -130,11 +139,14 @@ class Comparison:
 
         first, base = self.first_kernel, self.first_baseline
         caption = None if self.meaningful else "simulator: times are not meaningful"
+        if self.meaningful:
+            caption = ("median ms: GPU time of a call; host us/call: what a call costs the CPU; "
+                       "1 call us: one call, synchronised, wall clock")
         if self.ceiling and self.meaningful:
-            caption = f"copy ceiling {self.ceiling['gbps']:.0f} GB/s ({self.ceiling['how']})"
+            caption += f"; copy ceiling {self.ceiling['gbps']:.0f} GB/s ({self.ceiling['how']})"
         table = Table(title=self.title, caption=caption)
         for column in ("variant", "correct", "median ms [p25-p75]", "GB/s", "of ceiling", "TFLOP/s",
-                       f"vs {first}", f"vs {base}" if base else ""):
+                       f"vs {first}", f"vs {base}" if base else "", "host us/call", "1 call us"):
             if column:
                 table.add_column(column, justify="left" if column == "variant" else "right")
         for row in self.rows():
@@ -145,8 +157,10 @@ class Comparison:
                           _fmt(row["tflops"], ".2f"), _fmt_ratio(row["speedup_vs_first"])]
                 if base:
                     cells.append(_fmt_ratio(row["speedup_vs_baseline"]))
+                cells += [_fmt(row["host_us"], ".0f") + (" (sync)" if row.get("synchronises") else ""),
+                          _fmt(row["latency_us"], ".0f")]
             else:
-                cells += ["-"] * (6 if base else 5)
+                cells += ["-"] * (8 if base else 7)
             table.add_row(*cells)
         return table
 
@@ -219,13 +233,107 @@ def flush_l2():
     _fill[1024, 256](_scratch, 0.0)
 
 
-def time_interleaved(functions, repeats=DEFAULT_REPEATS, flush=False):
+# Holding the GPU while the host queues a call (nvbench's "blocking kernel"). Events time what the
+# GPU does between them; if the GPU is idle when the start event is recorded, it also times the
+# host's work between that event and the call's first kernel (argument checks, launches), and a
+# short kernel then reads as long as its wrapper's Python. So before each timed call a one-thread
+# kernel spins until the host says "queued" through a flag in mapped host memory: the GPU then
+# runs the start event, the call's kernels and the end event back to back. What the host spends
+# is measured apart (host_cost_us).
+
+HOLD_SECONDS = 2.0  # a hold gives up after this long (a call that waits for the GPU itself)
+_flag = None  # mapped host memory: [0] the last ticket the host released, [1] holds that gave up
+_ticket = 0
+_nap_ns = None  # how long one round of _hold's loop takes on this GPU (nanosleep's time is loose)
+
+
+if ON_GPU:
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def _read_volatile(typingctx, array):
+        """array[0] read from memory each time it is called (`ld.volatile`): the host writes it
+        while a kernel spins on it. A plain load would be hoisted out of the loop; an atomic
+        would write back the value it read, over the host's write (atomics on mapped host memory
+        are not atomic for the host)."""
+        if not (isinstance(array, types.Array) and array.dtype == types.int32):
+            return None
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            load = ir.InlineAsm(ir.FunctionType(ir.IntType(32), [data.type]), "ld.volatile.u32 $0, [$1];",
+                                "=r,l", side_effect=True)
+            return builder.call(load, [data])
+
+        return types.int32(array), codegen
+
+    @cuda.jit
+    def _hold(flag, ticket, naps):
+        for _ in range(naps):
+            if _read_volatile(flag) >= ticket:
+                return
+            cuda.nanosleep(1000)
+        flag[1] += 1  # gave up: the host never released this ticket in time (one thread: no race)
+
+
+def _naps(seconds):
+    """Rounds of _hold's loop that last about `seconds`, measured once (a hold never released)."""
+    global _flag, _nap_ns
+    if _flag is None:
+        _flag = cuda.mapped_array(2, dtype=np.int32)
+        _flag[:] = 0
+    if _nap_ns is None:
+        rounds, start, end = 20_000, cuda.event(), cuda.event()
+        _hold[1, 1](_flag, 2**31 - 1, 10)  # compile
+        start.record()
+        _hold[1, 1](_flag, 2**31 - 1, rounds)
+        end.record()
+        end.synchronize()
+        _nap_ns = max(cuda.event_elapsed_time(start, end) * 1e6 / rounds, 1.0)
+    return int(seconds * 1e9 / _nap_ns)
+
+
+class held:
+    """`with held(): ...` - the GPU waits at this point of the default stream until the block ends."""
+
+    def __init__(self, seconds=HOLD_SECONDS):
+        self.seconds = seconds
+
+    def __enter__(self):
+        global _ticket
+        naps = _naps(self.seconds)
+        _ticket += 1
+        self.ticket, self.gave_up_before = _ticket, int(_flag[1])
+        _hold[1, 1](_flag, self.ticket, naps)
+        return self
+
+    def __exit__(self, *exc):
+        _flag[0] = self.ticket
+
+    @property
+    def gave_up(self):
+        """After a synchronize: did the hold time out (the host blocked inside the block)?"""
+        return int(_flag[1]) > self.gave_up_before
+
+
+def synchronises(function):
+    """Does a call wait for the GPU itself (a copy to the host, a synchronize)? Then the host blocks
+    inside the held block, and the hold gives up."""
+    with held(seconds=0.1) as hold:
+        function()
+    cuda.synchronize()
+    return hold.gave_up
+
+
+def time_interleaved(functions, repeats=DEFAULT_REPEATS, flush=False, unheld=()):
     """{name: fn} -> {name: per-repeat milliseconds}, fn timed between two CUDA events each repeat.
 
     The events are recorded on the default stream, where numba launches by default and where torch
-    launches unless told otherwise. Nothing is synchronised between repeats, so the host may run
-    ahead and queue work: for kernels shorter than their launch cost, the time includes the wait for
-    the host (which is the truth for such kernels: a launch from Python costs ~15-20 us).
+    launches unless told otherwise. Each timed call is held (see `held`): the milliseconds are the
+    GPU's time for the call, whatever its host cost. Functions named in `unheld` (they synchronise
+    themselves, see `synchronises`) are timed without a hold: their time includes host waits.
     """
     events = {name: [(cuda.event(), cuda.event()) for _ in range(repeats)] for name in functions}
     for repeat in range(repeats):
@@ -233,12 +341,50 @@ def time_interleaved(functions, repeats=DEFAULT_REPEATS, flush=False):
             if flush:
                 flush_l2()
             start, end = events[name][repeat]
-            start.record()
-            function()
-            end.record()
+            if name in unheld:
+                start.record()
+                function()
+                end.record()
+                continue
+            with held():
+                start.record()
+                function()
+                end.record()
     cuda.synchronize()
     return {name: np.array([cuda.event_elapsed_time(s, e) for s, e in pairs])
             for name, pairs in events.items()}
+
+
+def host_cost_us(function, calls=10, synchronous=False):
+    """Microseconds of CPU per call: `calls` calls queued back to back while the GPU is held (so the
+    host never waits for it), synchronised once at the end. A call that cannot be queued that way -
+    it synchronises itself, or queues more launches than the driver holds (a loop of hundreds of
+    launches) - is timed unheld: the loop's wall time per call, GPU time included."""
+    if not synchronous:
+        with held() as hold:
+            start = time.perf_counter()
+            for _ in range(calls):
+                function()
+            elapsed = time.perf_counter() - start
+        cuda.synchronize()
+        if not hold.gave_up:
+            return elapsed / calls * 1e6
+    start = time.perf_counter()
+    for _ in range(calls):
+        function()
+    cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def latency_us(function, calls=5):
+    """Median wall-clock microseconds of one call followed by a synchronize: what `%timeit` sees."""
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        function()
+        cuda.synchronize()
+        samples.append((time.perf_counter() - start) * 1e6)
+    return float(np.median(samples))
 
 
 def time_once_on_host(function):
@@ -343,8 +489,14 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
     ceiling = None
     if ON_GPU:
         ceiling = copy_ceiling() if bytes else None
-        measured = time_interleaved({**variants, **baselines}, repeats or DEFAULT_REPEATS, flush)
+        functions = {**variants, **baselines}
+        for timing in timings:
+            timing.synchronises = synchronises(functions[timing.name])
+        unheld = {t.name for t in timings if t.synchronises}
+        measured = time_interleaved(functions, repeats or DEFAULT_REPEATS, flush, unheld)
         for timing in timings:
             timing.times_ms = measured[timing.name]
             timing.ceiling_gbps = ceiling["gbps"] if ceiling else None
+            timing.host_us = host_cost_us(functions[timing.name], synchronous=timing.synchronises)
+            timing.latency_us = latency_us(functions[timing.name])
     return Comparison(title, timings, meaningful, ceiling)

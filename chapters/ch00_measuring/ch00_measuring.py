@@ -16,7 +16,8 @@
 #
 # In this chapter you will learn
 # - how the workbook checks a kernel against NumPy and times it (CUDA events, warm-up, median of
-#   many interleaved runs, bytes counted, the copy ceiling measured in the same run);
+#   many interleaved runs, bytes counted, the copy ceiling measured in the same run), and why the
+#   GPU time of a call and what the call costs the host are two figures, measured apart;
 # - the one idea every later chapter rests on: **memory coalescing** — a warp's 32 loads should
 #   fall on consecutive addresses;
 # - why a grid sized to the machine, with several independent loads in flight per thread, beats a
@@ -221,11 +222,17 @@ if workbook.ON_GPU:
 # %% [markdown]
 # ## A size sweep
 #
-# Small arrays are dominated by the launch: a launch from Python costs ~15-20 µs of host time, and
-# the events around it measure that wait too, so below ~2^22 elements every kernel is
-# launch-bound (torch's launch path is shorter). Arrays that fit in the 50 MB L2 (2^22 floats is
-# 16 MiB per buffer) would be served from it; only past the L2 do we see the HBM rate. The dashed
-# line is the copy ceiling measured in this run.
+# Two costs, measured apart. CUDA events time what the GPU does between them; but if the GPU is
+# idle when the start event is recorded, it waits there for Python to finish the call (checks,
+# launch: 30-80 µs in our wrappers, 8-11 µs for a torch op), and the events time that wait too.
+# So `compare` holds the GPU before each timed call: a one-thread kernel spins on a flag in host
+# memory until the host has queued the whole call (`workbook.bench.held`, nvbench's "blocking
+# kernel"). The **median ms** column is then the GPU's time alone; **host us/call** is what a call
+# costs the CPU, and **1 call us** one call with its synchronize, what `%timeit` sees. Below ~2^20
+# elements the GPU time is a few microseconds while the host's is tens: a loop of such calls is
+# launch-bound, whatever the kernel (chapter 07). Arrays that fit in the 50 MB L2 (2^22 floats is
+# 16 MiB per buffer) are served from it; only past the L2 do we see the HBM rate. The dashed line
+# is the copy ceiling measured in this run.
 
 # %%
 sweep_sizes = [1 << p for p in (range(16, 29, 2) if workbook.ON_GPU else range(6, 13, 2))]

@@ -22,8 +22,10 @@
 #   matrix — with a precomputed offset table so that the inner loop has no division, and predicates
 #   that read padding as zeros;
 # - what makes a numba GEMM fast: a block tile in shared memory (transposed, padded against bank
-#   conflicts), a register tile of 8x8 outputs per thread, double buffering — and how far from
-#   cuBLAS and cuDNN that gets in FP32 (this is the workbook's compute-bound chapter: we count FLOPs).
+#   conflicts), a register tile of 8x8 outputs per thread, double buffering, then 16-byte
+#   shared-memory loads of the fragments (an instruction numba does not expose, reached through
+#   `workbook.memory`) and register prefetch — and how far from cuBLAS and cuDNN that gets in FP32
+#   (this is the workbook's compute-bound chapter: we count FLOPs).
 #
 # Without a GPU this notebook runs in numba's CUDA simulator on tiny shapes and small tiles (the
 # same kernel source, with the tile sizes as parameters); each comparison is followed by the stored
@@ -162,6 +164,41 @@ workbook.show(gemm_kernel)
 # %%
 workbook.show(k.column_origin)
 workbook.show(implicit_conv_kernel)
+
+# %% [markdown]
+# ## Optimized, step 2: 16-byte fragments (the "wide" tiles)
+#
+# Per depth row kk, each thread above reads TM + TN = 16 words of shared memory for 64 FMAs, one
+# 4-byte `ld.shared.f32` each. A GPU reads 16 bytes per thread in one instruction
+# (`ld.shared.v4.f32`, `workbook.memory.shared_load4`, chapter 00), but only 4 *adjacent* words,
+# and in the interleaved layout a thread's values are TY (or TX) words apart. The wide tiles
+# change the layout: a thread owns 4x4 groups of adjacent outputs (`output_row` with G = 4: rows
+# 4·ty..4·ty+3 and 4·ty+64..4·ty+67), so its 8 A values of row kk are two quads, and its 8 B values
+# two more: **4 shared loads per 64 FMAs instead of 16**. What rides along:
+# - the tiles come from global memory 16 bytes at a time too (`load_b_tile`, `load4`) when every
+#   row of A and B is a whole number of 16-byte-aligned quads (`_quads`); else the 4-byte loader;
+# - the A tile's row pitch stays a multiple of 4 words, so every row of A_s is 16-byte aligned;
+# - **prefetch**: row kk+1's fragments are loaded into a second set of registers before row kk's
+#   FMAs, so the FMAs never wait for shared memory. The loop is unrolled by two by hand: NVVM
+#   leaves a loop of 512 FMAs rolled, and a register array indexed by `kk % 2` must then live in
+#   local memory (measured: 7 TFLOP/s, five times slower, with 384 bytes of local memory).
+#
+# Same source, one switch: `Tile(..., wide=True, prefetch=True)`; the simulator runs a 16x32 wide
+# tile through the same code.
+
+# %%
+wide_gemm, _ = k.make_kernels(next(t for t in k.TILES.values() if t.wide))
+workbook.show(wide_gemm.parts["output_row"])
+workbook.show(wide_gemm.parts["load_fragments"])
+workbook.show(wide_gemm.parts["multiply_tile"])
+
+# %% [markdown]
+# The PTX shows the trade: 16-byte shared loads, 16-byte global loads, and no 4-byte fragment load.
+
+# %%
+_m = np.zeros((8, 8), np.float32)
+workbook.show_ptx(k.make_kernels(k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=True, prefetch=True), True)[0],
+                  _m, _m, 8, np.zeros((1, 8, 8), np.float32), grep=r"ld\.shared|ld\.global\.v4")
 
 # %% [markdown]
 # ## Check first
@@ -418,15 +455,21 @@ else:
 # - **Small layers starve the machine**: the 14x14 layer has too few output tiles to fill 132 SMs;
 #   split-K recovers part of that (the table just above), at the price of atomics and a zeroing
 #   launch.
-# - **The GEMM itself is the ceiling.** numba has no tensor-core path, no vector (128-bit) shared
-#   or global loads and no control of register allocation: our inner loop issues 16 scalar
-#   shared-memory loads per 64 FMAs where CUTLASS issues 4, every index is 64-bit arithmetic, and
-#   the compiler decides what stays in registers (the `resources` lines print registers and spilled
-#   bytes: the 128x128 tile, capped at 128 registers for 2 blocks per SM, spills a few bytes). On
-#   the large GEMM that lands at about half of cuBLAS FP32. cuDNN's effective rate on the
-#   128-channel layer is above cuBLAS's GEMM rate in the same run, which no FP32 GEMM can reach:
-#   there it must use an algorithm with fewer FLOPs than the 2·N·K·P·Q·C·R·S we count (Winograd,
-#   for instance).
+# - **The wide step is what moved the GEMM** (4096³, same run): the interleaved 128x128 tile
+#   27.6 TFLOP/s (0.54 of cuBLAS FP32), wide 34.3 (0.67), wide + prefetch 34.8, wide + prefetch
+#   with BK = 16 36.4 (**0.71**); the big layer's implicit GEMM went from 25.7 to 31.7 TFLOP/s,
+#   0.73 of cuDNN. What separates it from cuBLAS now: 2 blocks of 256 threads per SM cap a thread
+#   at 128 registers, so the 64 accumulators, two fragment sets and the next tile in flight spill a
+#   little (`local bytes` above); every index is 64-bit arithmetic; and NVVM, not us, allocates
+#   registers (cuBLAS's SASS is hand-scheduled against register-bank conflicts).
+# - **Why 128 and 256 channels miss the 1.5x** (the bar table): with the same GEMM in both paths,
+#   implicit / explicit = (t_im2col + t_GEMM) / t_GEMM = 1 + t_im2col / t_GEMM. On the 28x28 layer
+#   im2col writes 116 MB (about 0.1 ms) and the GEMM takes 0.31 ms: 1.30 measured; the 14x14
+#   layer writes half as much: 1.22. 1.5 needs im2col at half the GEMM's time, i.e. a GEMM of these
+#   7.4 GFLOP at about 37 TFLOP/s or more — above what ours reaches even at 4096³. Making the GEMM
+#   faster raises the ratio; making im2col slower would too, and is not the point. cuDNN's
+#   effective rate on these layers (41-56 TFLOP/s, above cuBLAS's 51.5 on the big GEMM) means
+#   fewer FLOPs than the 2·N·K·P·Q·C·R·S we count: Winograd, for instance.
 
 # %%
 chapter.save()
