@@ -17,7 +17,7 @@ from . import ON_GPU, bench, results
 class Chapter:
     def __init__(self, chapter_id, title):
         self.id, self.title = chapter_id, title
-        self.cases, self.bars, self.figures = [], [], []
+        self.cases, self.bars, self.figures, self.records = [], [], [], {}
         self.stored = None if ON_GPU else results.load_json(chapter_id)
 
     def compare(self, key, variants, *, size="", show=True, **options):
@@ -78,9 +78,18 @@ class Chapter:
         if get_ipython() is not None:
             display(Image(filename=str(stored)))
 
+    def record(self, key, values):
+        """Figures that are not a comparison (e.g. {variant: wall us per step}), stored with the
+        chapter; in the simulator the stored GPU ones are printed after them."""
+        self.records[key] = values
+        if not ON_GPU:
+            stored = (self.stored or {}).get("records", {}).get(key)
+            print(f"stored on {self.stored['stamp']['device']}: {stored}" if stored else
+                  f"(no stored GPU figures for {key!r} yet)")
+
     def save(self):
         payload = {"chapter": self.id, "title": self.title, "stamp": results.stamp(),
-                   "cases": self.cases, "bars": self.bars, "figures": self.figures}
+                   "cases": self.cases, "bars": self.bars, "figures": self.figures, "records": self.records}
         path = results.save_json(self.id, payload)
         print(f"saved {path}", file=sys.stderr)
         return path
@@ -97,13 +106,15 @@ class Chapter:
                 from rich.table import Table
 
                 table = Table(title=f"stored on {stamp['device']} ({case['size']}), {stamp['date'][:10]}")
-                for column in ("variant", "median ms", "GB/s", "of ceiling", "TFLOP/s", "vs first"):
+                for column in ("variant", "median ms", "GB/s", "of ceiling", "TFLOP/s", "vs first",
+                               "host us/call", "1 call us"):
                     table.add_column(column, justify="left" if column == "variant" else "right")
                 for row in case["rows"]:
                     speedup = row.get("speedup_vs_first")
                     table.add_row(row["variant"], _fmt(row["median_ms"], ".4g"), _fmt(row["gbps"], ".0f"),
                                   _fmt(row["fraction_of_ceiling"], ".0%"), _fmt(row["tflops"], ".2f"),
-                                  "-" if not speedup else f"{speedup[0]:.2f}x")
+                                  "-" if not speedup else f"{speedup[0]:.2f}x", _fmt(row.get("host_us"), ".0f"),
+                                  _fmt(row.get("latency_us"), ".0f"))
                 Console(width=140).print(table)
 
 

@@ -339,12 +339,13 @@ def _planes(array):
 
 
 def batchnorm_relu_forward(x, gamma, beta, running_mean, running_var, y, mask, saved, *, identity=None,
-                           momentum=0.1, eps=1e-5):
+                           momentum=0.1, eps=1e-5, stream=0):
     """y = relu(batchnorm(x) [+ identity]) in training mode, and its 1-bit mask. Returns (y, mask).
 
     x, y, identity: float32[N, C, H, W]; gamma, beta, running_mean, running_var: float32[C] (the
     running statistics are updated in place); mask: uint32[N, C, ceil(H*W / 32)];
-    saved: float64[2, C] receives the batch mean and 1/std for the backward pass.
+    saved: float64[2, C] receives the batch mean and 1/std for the backward pass. stream: where
+    the two kernels go (0: the default stream; chapter 07 captures them on another into a graph).
     """
     x = require(x, "x", dtype=np.float32, ndim=4)
     n, c, h, w = x.shape
@@ -363,15 +364,15 @@ def batchnorm_relu_forward(x, gamma, beta, running_mean, running_var, y, mask, s
     partial = _partial_sums(n, c)
     x3 = _planes(x)
     blocks = (c, n)  # one block per (n, c) plane
-    bn_stats_kernel[blocks, THREADS_PER_BLOCK](x3, partial)
+    bn_stats_kernel[blocks, THREADS_PER_BLOCK, stream](x3, partial)
     has_identity = identity is not None
-    bn_forward_kernel[blocks, THREADS_PER_BLOCK](x3, _planes(identity) if has_identity else x3, has_identity, gamma, beta, partial, saved, running_mean,
+    bn_forward_kernel[blocks, THREADS_PER_BLOCK, stream](x3, _planes(identity) if has_identity else x3, has_identity, gamma, beta, partial, saved, running_mean,
                                                 running_var, np.float32(momentum), np.float32(eps),
                                                 _planes(y), mask)
     return y, mask
 
 
-def batchnorm_relu_backward(dy, mask, x, gamma, saved, dx, dgamma, dbeta, *, d_identity=None):
+def batchnorm_relu_backward(dy, mask, x, gamma, saved, dx, dgamma, dbeta, *, d_identity=None, stream=0):
     """Gradients of batchnorm_relu_forward: dx, dgamma, dbeta and (with an identity) d_identity,
     from dy, the 1-bit mask, x and the saved statistics. Returns (dx, d_identity, dgamma, dbeta)."""
     x = require(x, "x", dtype=np.float32, ndim=4)
@@ -390,9 +391,9 @@ def batchnorm_relu_backward(dy, mask, x, gamma, saved, dx, dgamma, dbeta, *, d_i
     blocks = (c, n)
     has_identity = d_identity is not None
     # Without an identity, dy is passed as d_identity and never written (see bn_forward_kernel).
-    bn_backward_reduce_kernel[blocks, THREADS_PER_BLOCK](dy3, mask, x3, _planes(d_identity) if has_identity
+    bn_backward_reduce_kernel[blocks, THREADS_PER_BLOCK, stream](dy3, mask, x3, _planes(d_identity) if has_identity
                                                         else dy3, has_identity, partial)
-    bn_backward_dx_kernel[blocks, THREADS_PER_BLOCK](dy3, mask, x3, gamma, saved, partial, _planes(dx),
+    bn_backward_dx_kernel[blocks, THREADS_PER_BLOCK, stream](dy3, mask, x3, gamma, saved, partial, _planes(dx),
                                                     dgamma, dbeta)
     return dx, d_identity, dgamma, dbeta
 

@@ -18,6 +18,7 @@ from numba import cuda, float32
 from workbook import ON_GPU
 from workbook.check import pack_bitmask
 from workbook.inputs import require, sm_count
+from workbook.launch import PreparedLaunch
 from workbook.memory import aligned, load4, store4
 
 THREADS_PER_BLOCK = 256
@@ -513,6 +514,17 @@ def relu_mask_quads(x, y, mask):
         return relu_mask_ballot(x, y, mask)
     relu_mask_quads_kernel[_quad_blocks(x.size), QUAD_THREADS](x, y, mask)
     return y, mask
+
+
+def prepare_relu_mask_quads(x, y, mask):
+    """relu_mask_quads with its checks, grid and arguments done once, for a loop that calls it on
+    the same buffers: returns a call that costs what the driver costs (chapter 07). It returns
+    (y, mask), like the wrapper."""
+    x, y, mask = _forward_args(x, y, mask)
+    if not (aligned(x, 16) and aligned(y, 16)):
+        return PreparedLaunch(relu_mask_ballot_kernel, _trip_blocks(x.size), THREADS_PER_BLOCK, x, y, mask,
+                              returns=(y, mask))
+    return PreparedLaunch(relu_mask_quads_kernel, _quad_blocks(x.size), QUAD_THREADS, x, y, mask, returns=(y, mask))
 
 
 def relu_backward_from_mask_quads(dy, mask, dx):

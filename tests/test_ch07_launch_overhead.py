@@ -1,0 +1,75 @@
+"""Chapter 07: a prepared launch and a captured step compute what the plain launches compute."""
+
+import numpy as np
+import pytest
+
+import workbook  # noqa: F401  (selects the GPU or the simulator first)
+from numba import cuda
+
+from chapters.ch01_relu_mask import kernels as relu
+from chapters.ch07_launch_overhead import launch as L
+from workbook.check import assert_close
+from workbook.launch import PreparedLaunch, StepGraph
+
+
+@pytest.mark.parametrize("n", [1, 31, 33, 1000])
+@pytest.mark.parametrize("via", ["driver", "cuda.core"])
+def test_prepared_launch_computes_what_the_plain_launch_does(n, via):
+    x = cuda.to_device(np.arange(n, dtype=np.float32) - n / 2)
+    out = cuda.to_device(np.full(n, np.nan, np.float32))
+    launch = PreparedLaunch(L.scale_kernel, -(-n // 32), 32, x, np.float32(-2.5), out, via=via, returns=out)
+    assert launch() is out
+    assert_close(out, L.scale_reference(x.copy_to_host(), -2.5), exact=True)
+    x.copy_to_device(np.ones(n, np.float32))  # new data in the same buffer: the same launch sees it
+    launch()
+    assert_close(out, np.full(n, -2.5, np.float32), exact=True)
+
+
+def test_prepared_launch_rejects_host_arrays_and_unknown_paths():
+    out = cuda.device_array(4, np.float32)
+    with pytest.raises(TypeError, match="host"):
+        PreparedLaunch(L.scale_kernel, 1, 32, np.zeros(4, np.float32), np.float32(1), out)
+    with pytest.raises(ValueError, match="via"):
+        PreparedLaunch(L.scale_kernel, 1, 32, out, np.float32(1), out, via="magic")
+
+
+@pytest.mark.parametrize("n", [1, 33, 4099])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_prepared_relu_mask_matches_the_wrapper(n, offset):
+    # offset 1: a view that is not 16-byte aligned takes the ballot kernel, as the wrapper does
+    base = np.random.default_rng(n).standard_normal(n + offset).astype(np.float32)
+    base[offset] = np.nan
+    x = cuda.to_device(base)[offset:]
+    y = cuda.device_array(n + offset, np.float32)[offset:]
+    mask = cuda.device_array(relu.mask_words(n), np.uint32)
+    launch = relu.prepare_relu_mask_quads(x, y, mask)
+    expected_y, expected_mask = relu.relu_mask_reference(base[offset:])
+    got_y, got_mask = launch()
+    assert_close(got_y, expected_y, exact=True)
+    assert_close(got_mask, expected_mask, exact=True)
+
+
+def test_prepared_relu_mask_checks_once_like_the_wrapper():
+    x = cuda.device_array(64, np.float32)
+    with pytest.raises(ValueError):
+        relu.prepare_relu_mask_quads(x, cuda.device_array(63, np.float32), cuda.device_array(2, np.uint32))
+
+
+def test_step_graph_replays_the_step():
+    n = 100
+    x = cuda.to_device(np.arange(n, dtype=np.float32))
+    tmp, out = cuda.device_array(n, np.float32), cuda.device_array(n, np.float32)
+
+    def step(stream):  # two launches, the second reading the first's output
+        L.scale_kernel[4, 32, stream](x, np.float32(2), tmp)
+        L.scale_kernel[4, 32, stream](tmp, np.float32(3), out)
+
+    graph = StepGraph(step)
+    out.copy_to_device(np.zeros(n, np.float32))
+    graph()
+    graph.stream.synchronize()
+    assert_close(out, 6 * np.arange(n, dtype=np.float32), exact=True)
+    x.copy_to_device(np.ones(n, np.float32))  # the graph reads the same buffers at every replay
+    graph()
+    graph.stream.synchronize()
+    assert_close(out, np.full(n, 6, np.float32), exact=True)

@@ -1,0 +1,166 @@
+"""Cheaper launches: a prepared launch, and a step captured into a CUDA graph (chapter 07).
+
+    launch = PreparedLaunch(kernel, blocks, threads, *args, returns=out)
+    launch()        # the same kernel, buffers and configuration: the driver's cost, not numba's
+    graph = StepGraph(step)     # step(stream) launches its kernels on `stream`
+    graph()         # all of them, one cuGraphLaunch
+
+A plain `kernel[grid, block](*args)` types every argument, finds (or compiles) the overload and
+marshals every array into its 5 + 2*ndim parameters at every call. A PreparedLaunch does that once
+(numba's own `_prepare_args`) and keeps the packed parameters; each call hands them to the driver,
+through cuda.core's `launch` or `cuLaunchKernel` itself. In the simulator there is no driver: a
+PreparedLaunch calls `kernel[grid, block](*args)` and a StepGraph calls the step, so results and
+checks are the same and only the cost differs; `.how` says which path ran.
+"""
+
+import ctypes
+
+import numpy as np
+from numba import cuda
+
+from . import ON_GPU
+
+
+# ---------------------------------------------------------------------------------------------
+# A prepared launch
+
+
+def _driver():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _check(result):
+    """cuda.bindings returns (error, values...): raise on an error, else the values."""
+    error, *values = result if isinstance(result, tuple) else (result,)
+    if int(error) != 0:
+        raise RuntimeError(f"CUDA driver error {error!r}")
+    return values[0] if len(values) == 1 else values
+
+
+def _stream_handle(stream):
+    """A CUstream for a numba stream, a cuda.core stream or 0 (the default stream)."""
+    driver = _driver()
+    handle = getattr(stream, "handle", stream) or 0
+    return driver.CUstream(int(getattr(handle, "value", handle) or 0) if not isinstance(handle, driver.CUstream)
+                           else int(handle))
+
+
+class PreparedLaunch:
+    """One kernel, one launch configuration, one set of arguments, checked and packed once.
+
+    `launch = PreparedLaunch(kernel, blocks, threads, *args)` types the arguments and compiles,
+    as a first call would; `launch()` then costs what the driver costs. The arguments are fixed:
+    the device arrays must stay alive and keep their shape (a new buffer needs a new
+    PreparedLaunch; the data in them may change freely). `via`: "driver" (cuLaunchKernel with a
+    parameter block built once) or "cuda.core" (cuda.core.launch with the packed list).
+    """
+
+    def __init__(self, kernel, blocks, threads, *args, stream=0, via="driver", returns=None):
+        for index, arg in enumerate(args):
+            if isinstance(arg, np.ndarray):
+                raise TypeError(f"argument {index} is a host (NumPy) array: a prepared launch takes device "
+                                "arrays only (numba would copy a host array to the GPU and back at every call)")
+        if via not in ("driver", "cuda.core"):
+            raise ValueError(f"via must be 'driver' or 'cuda.core', not {via!r}")
+        self.kernel, self.args, self.stream, self.returns = kernel, args, stream, returns
+        self.blocks, self.threads = blocks, threads
+        if not ON_GPU:
+            self.how = "simulator: kernel[grid, block](*args)"
+            self._launcher = kernel[blocks, threads, stream]
+            return
+        from numba.cuda.cudadrv import driver as numba_driver
+
+        stream = numba_driver._to_core_stream(stream)  # what numba's own launch does with it
+        argument_types = tuple(kernel.typeof_pyval(arg) for arg in args)
+        compiled = kernel.compile(argument_types)  # what the first plain call would compile
+        packed, writebacks = [], []
+        for ty, value in zip(compiled.argument_types, args):
+            compiled._prepare_args(ty, value, stream, writebacks, packed)  # numba's own marshalling
+        if writebacks:
+            raise TypeError("an argument needs a copy back after the launch: device arrays only")
+        function = compiled._codelibrary.get_cufunc()
+        grid = blocks if isinstance(blocks, tuple) else (blocks,)
+        block = threads if isinstance(threads, tuple) else (threads,)
+        grid, block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
+        if via == "cuda.core":
+            from cuda.core import LaunchConfig, launch
+
+            config = LaunchConfig(grid=grid, block=block, shmem_size=0)
+            kernel_object = function.kernel
+            self._launcher = lambda: launch(stream, config, kernel_object, *packed)
+            self.how = "cuda.core.launch, arguments packed once"
+            return
+        driver = _driver()
+        # numba passes plain ints as intptr_t and keeps ctypes values as they are; the driver
+        # wants one pointer per parameter: keep the values alive, and the array of their addresses.
+        self._values = [value if isinstance(value, ctypes._SimpleCData) else
+                        (ctypes.c_bool(value) if isinstance(value, (bool, np.bool_)) else ctypes.c_ssize_t(value))
+                        for value in packed]
+        self._pointers = (ctypes.c_void_p * max(1, len(self._values)))(
+            *[ctypes.addressof(value) for value in self._values])
+        handle = function.kernel._handle  # a CUkernel: the driver takes it where a CUfunction goes
+        function_handle = driver.CUfunction(int(handle))
+        stream_handle = _stream_handle(stream)
+        parameters = ctypes.addressof(self._pointers)
+        launch_kernel = driver.cuLaunchKernel
+
+        def launcher():
+            error, = launch_kernel(function_handle, *grid, *block, 0, stream_handle, parameters, 0)
+            if error:
+                raise RuntimeError(f"cuLaunchKernel failed: {error!r}")
+
+        self._launcher = launcher
+        self.how = "cuLaunchKernel, parameter block built once"
+
+    def __call__(self):
+        """Launch; returns `returns` (the outputs, for a caller that wants them back)."""
+        if ON_GPU:
+            self._launcher()
+        else:
+            self._launcher(*self.args)
+        return self.returns
+
+
+# ---------------------------------------------------------------------------------------------
+# A step captured into a CUDA graph
+
+
+class StepGraph:
+    """`graph = StepGraph(step)`: run `step(stream)` once on a capture stream, recording every kernel
+    it launches on that stream into a CUDA graph; `graph()` replays them all with one launch.
+
+    step must launch on the stream it is given and do nothing else the driver would have to wait
+    for: no allocation, no copy to the host, no synchronize (the capture fails with the driver's
+    error if it does). What it reads and writes are the same buffers at every replay.
+    """
+
+    def __init__(self, step, stream=None):
+        self.step = step
+        self.stream = stream or cuda.stream()
+        if not ON_GPU:
+            self.how = "simulator: the step's launches, one by one (no graphs)"
+            return
+        driver = _driver()
+        handle = _stream_handle(self.stream)
+        step(self.stream)  # warm-up: compiles, allocates workspaces, loads modules, outside the capture
+        self.stream.synchronize()
+        _check(driver.cuStreamBeginCapture(handle, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+        try:
+            step(self.stream)
+        finally:
+            graph = _check(driver.cuStreamEndCapture(handle))
+        self._graph = graph
+        self._exec = _check(driver.cuGraphInstantiate(graph, 0))
+        self._handle = handle
+        self._launch = driver.cuGraphLaunch
+        self.how = "one cuGraphLaunch"
+
+    def __call__(self):
+        if not ON_GPU:
+            self.step(self.stream)
+            return
+        error, = self._launch(self._exec, self._handle)
+        if error:
+            raise RuntimeError(f"cuGraphLaunch failed: {error!r}")
