@@ -73,3 +73,37 @@ def test_step_graph_replays_the_step():
     graph()
     graph.stream.synchronize()
     assert_close(out, np.full(n, 6, np.float32), exact=True)
+
+
+@pytest.mark.parametrize("n", [1, 33, 1001])
+def test_prepared_dropout_takes_a_new_offset_each_step(n):
+    from chapters.ch02_dropout import kernels as dropout
+
+    x_host = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    x = cuda.to_device(x_host)
+    y, mask = cuda.device_array(n, np.float32), cuda.device_array(-(-n // 32), np.uint32)
+    step = dropout.prepare_dropout_bitmask(x, 0.3, 1234, y, mask)
+    for offset in (0, 8, 2**40 + 4):
+        got_y, got_mask = step(offset)
+        expected_y, expected_mask = dropout.dropout_reference(x_host, 0.3, 1234, offset)
+        assert_close(got_y, expected_y, exact=True, name=f"y, offset {offset}")
+        assert_close(got_mask, expected_mask, exact=True, name=f"mask, offset {offset}")
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 33), (5, 256), (2, 1500)])
+def test_prepared_softmax_matches_the_wrapper(shape):
+    from chapters.ch06_softmax import kernels as sm
+
+    x_host = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+    x, out = cuda.to_device(x_host), cuda.device_array(shape, np.float32)
+    launch = sm.prepare_softmax(x, out)
+    assert_close(launch(), sm.softmax(x, cuda.device_array(shape, np.float32)), rtol=1e-6, atol=1e-7)
+
+
+def test_only_scalars_can_be_changed():
+    out = cuda.device_array(4, np.float32)
+    launch = PreparedLaunch(L.scale_kernel, 1, 32, out, np.float32(1), out)
+    launch.set(1, 2.0)  # a scalar: fine
+    if workbook.ON_GPU:
+        with pytest.raises(TypeError, match="not a scalar"):
+            launch.set(0, 1.0)

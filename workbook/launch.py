@@ -39,7 +39,7 @@ def _check(result):
     return values[0] if len(values) == 1 else values
 
 
-def _stream_handle(stream):
+def stream_handle(stream):
     """A CUstream for a numba stream, a cuda.core stream or 0 (the default stream)."""
     driver = _driver()
     handle = getattr(stream, "handle", stream) or 0
@@ -75,9 +75,11 @@ class PreparedLaunch:
         stream = numba_driver._to_core_stream(stream)  # what numba's own launch does with it
         argument_types = tuple(kernel.typeof_pyval(arg) for arg in args)
         compiled = kernel.compile(argument_types)  # what the first plain call would compile
-        packed, writebacks = [], []
+        packed, writebacks, self._slots = [], [], []
         for ty, value in zip(compiled.argument_types, args):
+            start = len(packed)
             compiled._prepare_args(ty, value, stream, writebacks, packed)  # numba's own marshalling
+            self._slots.append((start, len(packed), ty))
         if writebacks:
             raise TypeError("an argument needs a copy back after the launch: device arrays only")
         function = compiled._codelibrary.get_cufunc()
@@ -88,6 +90,7 @@ class PreparedLaunch:
             from cuda.core import LaunchConfig, launch
 
             config = LaunchConfig(grid=grid, block=block, shmem_size=0)
+            self._packed = packed
             kernel_object = function.kernel
             self._launcher = lambda: launch(stream, config, kernel_object, *packed)
             self.how = "cuda.core.launch, arguments packed once"
@@ -95,6 +98,7 @@ class PreparedLaunch:
         driver = _driver()
         # numba passes plain ints as intptr_t and keeps ctypes values as they are; the driver
         # wants one pointer per parameter: keep the values alive, and the array of their addresses.
+        self._packed = packed
         self._values = [value if isinstance(value, ctypes._SimpleCData) else
                         (ctypes.c_bool(value) if isinstance(value, (bool, np.bool_)) else ctypes.c_ssize_t(value))
                         for value in packed]
@@ -102,17 +106,29 @@ class PreparedLaunch:
             *[ctypes.addressof(value) for value in self._values])
         handle = function.kernel._handle  # a CUkernel: the driver takes it where a CUfunction goes
         function_handle = driver.CUfunction(int(handle))
-        stream_handle = _stream_handle(stream)
+        driver_stream = stream_handle(stream)
         parameters = ctypes.addressof(self._pointers)
         launch_kernel = driver.cuLaunchKernel
 
         def launcher():
-            error, = launch_kernel(function_handle, *grid, *block, 0, stream_handle, parameters, 0)
+            error, = launch_kernel(function_handle, *grid, *block, 0, driver_stream, parameters, 0)
             if error:
                 raise RuntimeError(f"cuLaunchKernel failed: {error!r}")
 
         self._launcher = launcher
         self.how = "cuLaunchKernel, parameter block built once"
+
+    def set(self, index, value):
+        """Change scalar argument `index` (an int or float of the type it had) for the next calls:
+        one store into the packed parameter, no new packing (e.g. a random-number offset per step)."""
+        if not ON_GPU:
+            self.args = self.args[:index] + (value,) + self.args[index + 1:]
+            return
+        start, stop, ty = self._slots[index]
+        holder = self._packed[start] if start < len(self._packed) else None
+        if stop - start != 1 or not isinstance(holder, ctypes._SimpleCData):
+            raise TypeError(f"argument {index} ({ty}) is not a scalar: only scalars can be changed")
+        holder.value = value  # the same object the parameter block points to (or cuda.core packs)
 
     def __call__(self):
         """Launch; returns `returns` (the outputs, for a caller that wants them back)."""
@@ -143,7 +159,7 @@ class StepGraph:
             self.how = "simulator: the step's launches, one by one (no graphs)"
             return
         driver = _driver()
-        handle = _stream_handle(self.stream)
+        handle = stream_handle(self.stream)
         step(self.stream)  # warm-up: compiles, allocates workspaces, loads modules, outside the capture
         self.stream.synchronize()
         _check(driver.cuStreamBeginCapture(handle, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))

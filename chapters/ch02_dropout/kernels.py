@@ -27,6 +27,7 @@ from numba.cuda.random import xoroshiro128p_dtype, xoroshiro128p_uniform_float32
 
 import workbook
 from workbook.inputs import require, sm_count
+from workbook.launch import PreparedLaunch
 
 from .philox import philox4x32, philox4x32_reference
 from workbook.memory import aligned, load4, store4
@@ -389,6 +390,31 @@ def dropout_bitmask(x, p, seed, offset, y=None, mask=None, vector=True, blocks_p
     (both to measure what they buy)."""
     return _forward(x, p, seed, offset, y, mask, write_mask=True, vector=vector,
                     blocks_per_sm=blocks_per_sm)
+
+
+def prepare_dropout_bitmask(x, p, seed, y, mask):
+    """dropout_bitmask's checks, kernel choice and grid done once for these buffers (chapter 07).
+    Returns step(offset) -> (y, mask): each step a new Philox offset (two 32-bit words stored into
+    the packed parameters) and one launch at the driver's cost."""
+    x = require(x, "x", dtype=DTYPES, ndim=1)
+    if x.size == 0:
+        raise ValueError("x is empty: nothing to prepare")
+    p, seed = check_p(p), check_u64(seed, "seed")
+    y, mask = require(y, "y", dtype=x.dtype, shape=x.shape), _mask_output(mask, x.size)
+    kernel = dropout_bitmask_kernel if quads_aligned(x, y) else dropout_bitmask_scalar_kernel
+    args = (x, y, mask, threshold_for(p), scale_for(p), *split_u64(seed))
+    offset_at = len(args)  # the offset's two words follow
+    launch = PreparedLaunch(kernel, _blocks_for_quads(-(-x.size // 4)), THREADS_PER_BLOCK, *args,
+                            *split_u64(0), returns=(y, mask))
+
+    def step(offset):
+        low, high = split_u64(check_u64(offset, "offset"))
+        launch.set(offset_at, low)
+        launch.set(offset_at + 1, high)
+        return launch()
+
+    step.how = launch.how
+    return step
 
 
 def dropout_seed_only(x, p, seed, offset, y=None):

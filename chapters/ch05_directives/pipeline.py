@@ -14,6 +14,7 @@ from numba.cuda.cudadrv import driver  # the simulator has the same two copy fun
 
 from workbook import ON_GPU
 from workbook.inputs import require
+from workbook.launch import PreparedLaunch, stream_handle
 
 from . import kernels as k
 
@@ -154,10 +155,20 @@ class Pipeline:
                 "out_flat": buffer["out"].reshape(buffer["out"].size)[: (r1 - r0) * width],
                 # byte ranges of the flattened host images: what goes up, what comes down
                 "up": (s0 * width, s1 * width), "down": (r0 * width, r1 * width),
-                "merge_blocks": k.merge_blocks(n),
-                "blur_grid": k.blur_grid(r1 - r0, width, variant == "tile"),
             })
-        self.blur_kernel = k.BLUR_KERNELS[variant]
+            # Each block's two launches, prepared once: checked, typed and packed here, so that
+            # run() pays the driver's ~8 us per launch instead of numba's ~40 (chapter 07); at 64
+            # blocks, 128 launches from Python would otherwise take longer than the GPU's work.
+            block = self.blocks[-1]
+            if ON_GPU:  # the addresses the copies use, and the stream as the driver knows it
+                block["handle"] = stream_handle(stream)
+                for name in ("a", "b", "out"):
+                    block[f"{name}_ptr"] = block[f"{name}_flat"].__cuda_array_interface__["data"][0]
+            block["merge"] = PreparedLaunch(k.merge_kernel, k.merge_blocks(n), k.THREADS_PER_BLOCK,
+                                            block["a_flat"], block["b_flat"], block["merged_flat"], stream=stream)
+            block["blur"] = PreparedLaunch(k.BLUR_KERNELS[variant], k.blur_grid(r1 - r0, width, variant == "tile"),
+                                           (k.BLOCK_X, k.BLOCK_Y), block["merged"], block["out"], s0, r0,
+                                           stream=stream)
 
     def run(self, a, b, out, timeline=None):
         """out <- blur(merge(a, b)); a, b, out host arrays (pinned for overlap). Returns out."""
@@ -171,33 +182,55 @@ class Pipeline:
             else:
                 timeline.run(lane, _kind, stream, operation, *args, **kwargs)
 
-        # The copies call numba's driver functions directly: DeviceNDArray.copy_to_device re-checks
-        # shapes and builds array views at every call (~100 us from Python on the H100 host), and
-        # with 5 calls per block the host, not the bus, would set the pace. The shapes were checked
-        # above and in __init__.
+        # The copies skip DeviceNDArray.copy_to_device, which re-checks shapes and builds array views
+        # at every call (~100 us from Python on the H100 host): with 5 calls per block the host,
+        # not the bus, would set the pace. On a GPU they are cuMemcpy*Async calls on addresses
+        # computed once (a few us each); in the simulator, numba's driver functions on the views.
+        # The shapes were checked above and in __init__.
         a_flat, b_flat, out_flat = a.reshape(a.size), b.reshape(b.size), out.reshape(out.size)
+        if ON_GPU:
+            up, down = _copy_up, _copy_down
+            a_src, b_src, out_dst = (array.ctypes.data for array in (a_flat, b_flat, out_flat))
         for block in self.blocks:
             stream, lane = block["stream"], block["lane"]
-            (r0, r1), (s0, s1) = block["rows"], block["halo_rows"]
             (up0, up1), (down0, down1) = block["up"], block["down"]
             # 2 bytes per pixel (plus halo rows) up
-            step(driver.host_to_device, block["a_flat"], a_flat[up0:up1], up1 - up0, stream=stream,
-                 _kind="copy up")
-            step(driver.host_to_device, block["b_flat"], b_flat[up0:up1], up1 - up0, stream=stream,
-                 _kind="copy up")
+            if ON_GPU:
+                step(up, block["a_ptr"], a_src + up0, up1 - up0, block["handle"], _kind="copy up")
+                step(up, block["b_ptr"], b_src + up0, up1 - up0, block["handle"], _kind="copy up")
+            else:
+                step(driver.host_to_device, block["a_flat"], a_flat[up0:up1], up1 - up0, stream=stream,
+                     _kind="copy up")
+                step(driver.host_to_device, block["b_flat"], b_flat[up0:up1], up1 - up0, stream=stream,
+                     _kind="copy up")
             # merge: 2 bytes read, 1 written per pixel; blur: ~1 read, 1 written (HBM, not the bus)
-            # (the launch is configured here, not once in __init__: numba's simulator keeps one
-            # configuration per kernel, the last one made)
-            step(k.merge_kernel[block["merge_blocks"], k.THREADS_PER_BLOCK, stream],
-                 block["a_flat"], block["b_flat"], block["merged_flat"], _kind="kernel")
-            step(self.blur_kernel[block["blur_grid"], (k.BLOCK_X, k.BLOCK_Y), stream],
-                 block["merged"], block["out"], s0, r0, _kind="kernel")
+            step(block["merge"], _kind="kernel")
+            step(block["blur"], _kind="kernel")
             # 1 byte per pixel down
-            step(driver.device_to_host, out_flat[down0:down1], block["out_flat"], down1 - down0,
-                 stream=stream, _kind="copy down")
+            if ON_GPU:
+                step(down, out_dst + down0, block["out_ptr"], down1 - down0, block["handle"], _kind="copy down")
+            else:
+                step(driver.device_to_host, out_flat[down0:down1], block["out_flat"], down1 - down0,
+                     stream=stream, _kind="copy down")
         for stream in self.streams:
             stream.synchronize()
         return out
+
+
+def _copy_up(device, host, nbytes, stream):
+    from cuda.bindings import driver as cu
+
+    error, = cu.cuMemcpyHtoDAsync(device, host, nbytes, stream)
+    if error:
+        raise RuntimeError(f"cuMemcpyHtoDAsync failed: {error!r}")
+
+
+def _copy_down(host, device, nbytes, stream):
+    from cuda.bindings import driver as cu
+
+    error, = cu.cuMemcpyDtoHAsync(host, device, nbytes, stream)
+    if error:
+        raise RuntimeError(f"cuMemcpyDtoHAsync failed: {error!r}")
 
 
 def pinned_copy(array):

@@ -25,6 +25,7 @@ import numpy as np
 from numba import cuda
 
 from workbook.inputs import require, sm_count
+from workbook.launch import PreparedLaunch
 from workbook.memory import aligned, load16, per16, store16
 
 WARP = 32
@@ -682,12 +683,18 @@ def _width(ncols, *arrays):
     return width if ncols % width == 0 and all(aligned(a, 16) for a in arrays) else 1
 
 
-def _row_launch(name, rows, ncols, width=1):
-    """The configured launch of row_kernels' `name`: a warp per row up to WARP_ROW_MAX columns,
+def _row_plan(name, rows, ncols, width=1):
+    """(kernel, blocks, threads) of row_kernels' `name`: a warp per row up to WARP_ROW_MAX columns,
     a block of ROW_THREADS per row above; `width` columns per access."""
     kernels = row_kernels(WARP if ncols <= WARP_ROW_MAX else ROW_THREADS, width)
     rows_per_block = kernels.threads_per_block // kernels.group
-    return getattr(kernels, name)[_blocks(rows, rows_per_block), kernels.threads_per_block]
+    return getattr(kernels, name), _blocks(rows, rows_per_block), kernels.threads_per_block
+
+
+def _row_launch(name, rows, ncols, width=1):
+    """The configured launch of row_kernels' `name` (see _row_plan)."""
+    kernel, blocks, threads = _row_plan(name, rows, ncols, width)
+    return kernel[blocks, threads]
 
 
 def _naive_blocks(rows):
@@ -712,6 +719,21 @@ def softmax(x, out, *, registers=True, wide=True):
     wherever the rows allow them (`_width`); wide=False: element by element, the chapter's
     earlier kernels."""
     x, out = _softmax_args(x, out)
+    kernel, blocks, threads = _softmax_plan(x, out, registers, wide)
+    kernel[blocks, threads](x, out)
+    return out
+
+
+def prepare_softmax(x, out, *, registers=True, wide=True):
+    """softmax's checks, kernel choice and grid done once for these buffers: returns a call that
+    launches the same kernel at the driver's cost and returns out (chapter 07)."""
+    x, out = _softmax_args(x, out)
+    kernel, blocks, threads = _softmax_plan(x, out, registers, wide)
+    return PreparedLaunch(kernel, blocks, threads, x, out, returns=out)
+
+
+def _softmax_plan(x, out, registers, wide):
+    """(kernel, blocks, threads) for softmax of checked x into out."""
     rows, ncols = x.shape
     width = _width(ncols, x, out) if wide else 1
     if ncols <= WARP_ROW_MAX and registers:
@@ -725,10 +747,8 @@ def softmax(x, out, *, registers=True, wide=True):
         # 3x more warps and a grid sized to the data (a warp per row) is faster (measured).
         per_sm = WARP_ROW_BLOCKS_PER_SM if width == 1 else MAX_WAVES
         blocks = max(1, min(math.ceil(rows / 4), sm_count() * per_sm))
-        kernel[blocks, threads_per_block](x, out)
-    else:
-        _row_launch("softmax", rows, ncols, width)(x, out)
-    return out
+        return kernel, blocks, threads_per_block
+    return _row_plan("softmax", rows, ncols, width)
 
 
 def check_targets(targets, ncols):

@@ -154,6 +154,60 @@ if workbook.ON_GPU and torch is not None:
                 host["prepared, cuLaunchKernel"] / host["torch.mul(out=)"], at_most=3)
 
 # %% [markdown]
+# ## Apply it: the prepared paths of chapters 01, 02 and 06
+#
+# Each chapter's optimized wrapper now has a prepared twin that runs the wrapper's checks and picks
+# its kernel and grid once, then launches at the driver's cost: `prepare_relu_mask_quads`,
+# `prepare_dropout_bitmask` (each step a new Philox offset, stored into the packed parameters with
+# `PreparedLaunch.set`) and `prepare_softmax`. Host cost per call against the plain wrapper and
+# torch's op, on small arrays where the host is all there is.
+
+# %%
+from chapters.ch02_dropout import kernels as dropout  # noqa: E402
+from chapters.ch06_softmax import kernels as softmax  # noqa: E402
+
+n_apply = workbook.size(gpu=1 << 16, sim=300)
+xa = cuda.to_device(rng.standard_normal(n_apply).astype(np.float32))
+ya, maska = cuda.device_array_like(xa), cuda.device_array(relu.mask_words(n_apply), np.uint32)
+ta = bench.torch_view(xa)
+applied = {}
+applied["ch01 relu + mask"] = chapter.compare(
+    "ch01 relu + mask, host cost",
+    {"wrapper relu_mask_quads": lambda: relu.relu_mask_quads(xa, ya, maska),
+     "prepared": relu.prepare_relu_mask_quads(xa, ya, maska)},
+    reference=lambda: relu.relu_mask_reference(xa.copy_to_host()),
+    check=lambda out, ref, name: workbook.assert_close(out, ref, exact=True, name=name),
+    baselines={"torch.relu": lambda: torch.relu(ta)}, check_baselines=False, size=f"n={n_apply}")
+
+drop_y, drop_mask = cuda.device_array_like(xa), cuda.device_array(-(-n_apply // 32), np.uint32)
+drop_step = dropout.prepare_dropout_bitmask(xa, 0.1, 42, drop_y, drop_mask)
+applied["ch02 dropout"] = chapter.compare(
+    "ch02 dropout, host cost",
+    {"wrapper dropout_bitmask": lambda: dropout.dropout_bitmask(xa, 0.1, 42, 0, drop_y, drop_mask),
+     "prepared": lambda: drop_step(0)},
+    reference=lambda: dropout.dropout_reference(xa.copy_to_host(), 0.1, 42, 0),
+    check=lambda out, ref, name: workbook.assert_close(out, ref, exact=True, name=name),
+    baselines={"torch native_dropout": lambda: torch.native_dropout(ta, 0.1, True)}, check_baselines=False,
+    size=f"n={n_apply}")
+
+rows_apply = workbook.size(gpu=64, sim=4)
+xs = cuda.to_device(rng.standard_normal((rows_apply, 1024)).astype(np.float32))
+outs = cuda.device_array_like(xs)
+ts = bench.torch_view(xs)
+applied["ch06 softmax"] = chapter.compare(
+    "ch06 softmax, host cost",
+    {"wrapper softmax": lambda: softmax.softmax(xs, outs), "prepared": softmax.prepare_softmax(xs, outs)},
+    reference=lambda: softmax.softmax_reference(xs.copy_to_host()),
+    baselines={"torch.softmax": lambda: torch.softmax(ts, -1)}, check_baselines=False,
+    size=f"{rows_apply}x1024")
+if workbook.ON_GPU and torch is not None:
+    for name, case in zip(applied, chapter.cases[-3:]):
+        host = {row["variant"]: row["host_us"] for row in case["rows"]}
+        torch_host = host[next(v for v in host if v.startswith("torch"))]
+        chapter.bar(f"{name}: prepared path host cost / torch op host cost", host["prepared"] / torch_host,
+                    at_most=3)
+
+# %% [markdown]
 # ## When is a kernel launch-bound?
 #
 # Chapter 01's optimized forward kernel (16-byte quads) at growing sizes: its GPU time against the
