@@ -107,3 +107,27 @@ def test_only_scalars_can_be_changed():
     if workbook.ON_GPU:
         with pytest.raises(TypeError, match="not a scalar"):
             launch.set(0, 1.0)
+
+
+@cuda.jit
+def scale_into_kernel(x, out, factor):  # arrays first, then scalars: LaunchCache's convention
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = factor * x[i]
+
+
+def test_launch_cache_reuses_a_launch_only_for_the_same_live_buffers():
+    from workbook.launch import LaunchCache
+
+    cache = LaunchCache(size=2)
+    n = 40
+    x = cuda.to_device(np.arange(n, dtype=np.float32))
+    outs = [cuda.device_array(n, np.float32) for _ in range(3)]
+    for factor in (2.0, 3.0):  # a changed scalar is stored into the cached launch
+        for out in outs:  # three buffers through a cache of two: evictions
+            cache.launch(scale_into_kernel, 2, 32, (x, out), (np.float32(factor),))
+            assert_close(out, factor * np.arange(n, dtype=np.float32), exact=True)
+    del outs[0]  # a buffer gone: its entry can never be used again (weak references)
+    fresh = cuda.device_array(n, np.float32)
+    cache.launch(scale_into_kernel, 2, 32, (x, fresh), (np.float32(5.0),))
+    assert_close(fresh, 5 * np.arange(n, dtype=np.float32), exact=True)

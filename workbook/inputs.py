@@ -1,6 +1,8 @@
 """Argument checks for the chapters' host wrappers: a clear error before a launch, never a wrong
 answer or a crash inside a kernel."""
 
+from functools import lru_cache
+
 import numpy as np
 from numba import cuda
 
@@ -45,6 +47,8 @@ def _contiguous(array):
     return bool(array.flags["C_CONTIGUOUS"])
 
 
+@lru_cache(maxsize=None)
 def sm_count():
-    """Streaming multiprocessors on this GPU (132 on an H100); 2 in the simulator, to keep grids small."""
+    """Streaming multiprocessors on this GPU (132 on an H100); 2 in the simulator, to keep grids small.
+    Asked once: the device query costs more than a kernel launch (chapter 07)."""
     return cuda.get_current_device().MULTIPROCESSOR_COUNT if ON_GPU else 2

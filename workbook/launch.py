@@ -14,6 +14,8 @@ checks are the same and only the cost differs; `.how` says which path ran.
 """
 
 import ctypes
+import weakref
+from collections import OrderedDict
 
 import numpy as np
 from numba import cuda
@@ -57,7 +59,7 @@ class PreparedLaunch:
     parameter block built once) or "cuda.core" (cuda.core.launch with the packed list).
     """
 
-    def __init__(self, kernel, blocks, threads, *args, stream=0, via="driver", returns=None):
+    def __init__(self, kernel, blocks, threads, *args, stream=0, via="driver", returns=None, keep_args=True):
         for index, arg in enumerate(args):
             if isinstance(arg, np.ndarray):
                 raise TypeError(f"argument {index} is a host (NumPy) array: a prepared launch takes device "
@@ -117,6 +119,8 @@ class PreparedLaunch:
 
         self._launcher = launcher
         self.how = "cuLaunchKernel, parameter block built once"
+        if not keep_args:  # the packed pointers are all it needs; LaunchCache holds the arrays weakly
+            self.args = None
 
     def set(self, index, value):
         """Change scalar argument `index` (an int or float of the type it had) for the next calls:
@@ -180,3 +184,47 @@ class StepGraph:
         error, = self._launch(self._exec, self._handle)
         if error:
             raise RuntimeError(f"cuGraphLaunch failed: {error!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# A plain wrapper that prepares itself
+
+
+class LaunchCache:
+    """The PreparedLaunches of a wrapper's last few calls, for calls that repeat with the same
+    buffers (a training loop). The wrapper still checks its arguments at every call; what happens
+    once per set of buffers instead of once per call is numba's typing and packing.
+
+        _cache = LaunchCache()
+        _cache.launch(kernel, blocks, threads, (x, y, mask), (threshold, scale))
+
+    The kernel takes the arrays first, then the scalars. Keyed by the kernel, the configuration,
+    the arrays' identities and shapes and the scalars' types; the scalars' values are
+    stored into the packed parameters when they change (PreparedLaunch.set). The arrays are held
+    by weak reference: a cached launch never keeps a buffer alive, and an entry whose buffers are
+    gone is never used. In the simulator it is a plain launch.
+    """
+
+    def __init__(self, size=8):
+        self.size, self.entries = size, OrderedDict()
+
+    def launch(self, kernel, blocks, threads, arrays, scalars=()):
+        if not ON_GPU:
+            kernel[blocks, threads](*arrays, *scalars)
+            return
+        key = (kernel, blocks, threads, tuple((id(a), a.shape) for a in arrays), tuple(map(type, scalars)))
+        entry = self.entries.get(key)
+        if entry is not None and all(ref() is a for ref, a in zip(entry[0], arrays)):
+            refs, prepared, last = entry
+            for index, (old, new) in enumerate(zip(last, scalars)):
+                if old != new:
+                    prepared.set(len(arrays) + index, new)
+            entry[2] = tuple(scalars)
+            self.entries.move_to_end(key)
+            prepared()
+            return
+        prepared = PreparedLaunch(kernel, blocks, threads, *arrays, *scalars, keep_args=False)
+        self.entries[key] = [tuple(weakref.ref(a) for a in arrays), prepared, tuple(scalars)]
+        if len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+        prepared()

@@ -18,7 +18,7 @@ from numba import cuda, float32
 from workbook import ON_GPU
 from workbook.check import pack_bitmask
 from workbook.inputs import require, sm_count
-from workbook.launch import PreparedLaunch
+from workbook.launch import LaunchCache, PreparedLaunch
 from workbook.memory import aligned, load4, store4
 
 THREADS_PER_BLOCK = 256
@@ -502,6 +502,9 @@ def relu_backward_from_mask_wide(dy, mask, dx, *, blocks=None):
     return dx
 
 
+_launches = LaunchCache()
+
+
 def _quad_blocks(n):
     return max(1, math.ceil(math.ceil(n / 4) / QUAD_THREADS))
 
@@ -512,7 +515,9 @@ def relu_mask_quads(x, y, mask):
     x, y, mask = _forward_args(x, y, mask)
     if not (aligned(x, 16) and aligned(y, 16)):
         return relu_mask_ballot(x, y, mask)
-    relu_mask_quads_kernel[_quad_blocks(x.size), QUAD_THREADS](x, y, mask)
+    # launched through a cache of prepared launches: the same buffers again cost the driver's
+    # launch, not numba's typing and packing (chapter 07)
+    _launches.launch(relu_mask_quads_kernel, _quad_blocks(x.size), QUAD_THREADS, (x, y, mask))
     return y, mask
 
 

@@ -27,7 +27,7 @@ from numba.cuda.random import xoroshiro128p_dtype, xoroshiro128p_uniform_float32
 
 import workbook
 from workbook.inputs import require, sm_count
-from workbook.launch import PreparedLaunch
+from workbook.launch import LaunchCache, PreparedLaunch
 
 from .philox import philox4x32, philox4x32_reference
 from workbook.memory import aligned, load4, store4
@@ -352,6 +352,7 @@ def _mask_output(mask, n):
 
 
 _placeholders = {}
+_launches = LaunchCache()
 
 
 def _placeholder():
@@ -366,6 +367,7 @@ def _forward(x, p, seed, offset, y, mask, write_mask, vector=True, blocks_per_sm
     x = require(x, "x", dtype=DTYPES, ndim=1)
     p = check_p(p)
     seed, offset = check_u64(seed, "seed"), check_u64(offset, "offset")
+    given = y is not None and (mask is not None or not write_mask)  # buffers the caller keeps
     y = _output(y, x, "y")
     mask = _mask_output(mask, x.size) if write_mask else _placeholder()
     if x.size == 0:
@@ -377,8 +379,11 @@ def _forward(x, p, seed, offset, y, mask, write_mask, vector=True, blocks_per_sm
         kernel = dropout_seed_only_kernel if wide else dropout_seed_only_scalar_kernel
     quads = -(-x.size // 4)
     blocks = _blocks_for_quads(quads, blocks_per_sm)
-    kernel[blocks, THREADS_PER_BLOCK](x, y, mask, threshold_for(p), scale_for(p),
-                                      *split_u64(seed), *split_u64(offset))
+    scalars = (threshold_for(p), scale_for(p), *split_u64(seed), *split_u64(offset))
+    if given:  # the same buffers again: a prepared launch from the cache (chapter 07)
+        _launches.launch(kernel, blocks, THREADS_PER_BLOCK, (x, y, mask), scalars)
+    else:  # fresh outputs each call: nothing to reuse
+        kernel[blocks, THREADS_PER_BLOCK](x, y, mask, *scalars)
     return y, mask
 
 

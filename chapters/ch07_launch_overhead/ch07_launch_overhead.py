@@ -336,19 +336,24 @@ if workbook.ON_GPU and torch_step is not None:
 #
 # (On a GPU the tables above; in the simulator the stored H100 figures after each one.)
 #
-# - **The launch is the floor of a small kernel.** On the H100 (stored figures): an empty numba
-#   launch costs 21 us of host time with no argument, 39 us with 2 arrays, 89 us with 8; the GPU
-#   runs it in 3 us; a torch op costs 14-19 us. Chapter 01's 16-byte forward wrapper costs about
-#   85-95 us per call, so below ~2^25 elements (tens of microseconds of GPU time) a Python loop of
-#   it runs at the host's pace.
+# - **The launch is the floor of a small kernel.** On the H100 (stored figures, one run; host
+#   figures move by 10-30% between runs): an empty numba launch costs 23 us of host time with no
+#   argument, 44 us with 2 arrays, 101 us with 8; the GPU runs it in 3 us; a torch op costs 15 us.
 # - **Most of numba's cost is per call, not per kernel**: typing each argument and packing each
-#   array's parameters. A prepared launch does that once: 7.5 us per call through `cuLaunchKernel`
-#   (8.5 through `cuda.core.launch`) against 52 us for `kernel[grid, block](...)` and 18.5 for
-#   `torch.mul(out=)`; chapter 01's prepared forward 7.5-9.4 us against its wrapper's 84-94.
+#   array's parameters. A prepared launch does that once: 6-7 us per call (`cuda.core.launch` or
+#   `cuLaunchKernel`) against 32-43 us for `kernel[grid, block](...)` and 15 us for
+#   `torch.mul(out=)`. The prepared twins of chapters 01, 02 and 06 cost 5.6 / 10.3 / 5.7 us
+#   against torch's 11.2 / 20.4 / 9.8.
+# - **The plain wrappers now prepare themselves.** `workbook.launch.LaunchCache` keeps the
+#   prepared launches of a wrapper's last few buffer sets (weakly: it never keeps a buffer alive)
+#   and stores changed scalars into them; the wrapper still checks its arguments at every call,
+#   and `sm_count()` asks the device once. Chapter 01's 16-byte forward wrapper went from 77-90 us
+#   per call to 17-21, dropout from 134 to 44, softmax from 84 to 20; the forward pass is now
+#   launch-bound only below about 2^24 elements (10 us of GPU time at 2^22, 50 at 2^24).
 # - **A graph pays the host once per step**, whatever the number of kernels, and the GPU runs the
 #   nodes back to back: the BN + Add + ReLU step at 16x32x112x112 takes 156 us per step in a loop
-#   as a graph (4 us of host), 570 us as four launches from Python (646 us of host for 162 of GPU),
-#   549 us in torch eager. A graph fixes the buffers (a new shape is a new capture), which a
+#   as a graph (6 us of host), 807 us as four launches from Python (738 us of host for 162 of GPU:
+#   its wrappers are not cached yet), 498 us in torch eager. A graph fixes the buffers (a new shape is a new capture), which a
 #   training loop with static shapes has anyway: it is what `torch.compile`'s "reduce-overhead"
 #   mode and CUDA-graph trees do.
 
