@@ -141,6 +141,31 @@ def test_gemm_every_tile(tile):
     assert_close(c, k.gemm_reference(a, b), rtol=1e-4, atol=1e-4)
 
 
+WIDE_TILES = [name for name, tile in k.TILES.items() if k._tile_takes_quads(tile)]
+
+
+@pytest.mark.parametrize("tile", WIDE_TILES)
+@pytest.mark.parametrize("shape", [(1, 4, 4), (33, 20, 84), (5, 36, 132)], ids=str)
+def test_wide_tiles_load_16_bytes_at_the_edges(tile, shape):
+    # Rows of whole quads: the tile loaders take load4, with partial tiles at every edge
+    m, depth, n = shape
+    a, b = data((m, depth), 3), data((depth, n), 4)
+    assert k._quads(k.TILES[tile], cuda.to_device(a), cuda.to_device(b))
+    c = k.gemm(cuda.to_device(a), cuda.to_device(b), cuda.device_array((m, n), np.float32), tile=tile)
+    assert_close(c, k.gemm_reference(a, b), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tile", WIDE_TILES)
+def test_wide_tiles_take_4_byte_loads_on_a_misaligned_view(tile):
+    # A view one element into its buffer is not 16-byte aligned: a load4 there would fault
+    a, b = data((9, 8), 3), data((8, 12), 4)
+    flat = cuda.to_device(np.concatenate([[0], a.reshape(-1)]).astype(np.float32))
+    a_view = flat[1:].reshape(9, 8)
+    assert not k._quads(k.TILES[tile], a_view, cuda.to_device(b))
+    c = k.gemm(a_view, cuda.to_device(b), cuda.device_array((9, 12), np.float32), tile=tile)
+    assert_close(c, k.gemm_reference(a, b), rtol=1e-4, atol=1e-4)
+
+
 def test_offset_table_has_no_division_left():
     # The table plus the column base must give every im2col address: checked against the reference.
     g = k.conv_geometry((2, 3, 5, 6), (4, 3, 3, 2), 2, 1, (1, 2))
