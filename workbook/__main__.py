@@ -33,9 +33,10 @@ def chapter_scripts(wanted=()):
     for folder in sorted(CHAPTERS.glob("ch[0-9][0-9]_*")):
         script = folder / f"{folder.name}.py"
         chapter_id = folder.name[:4]
-        if script.exists() and (not wanted or chapter_id in wanted or folder.name in wanted):
-            found[chapter_id] = script
-    missing = set(wanted) - set(found) - {p.parent.name for p in found.values()}
+        if script.exists() and (not wanted or {chapter_id, folder.name, folder.name[5:]} & set(wanted)):
+            found[chapter_id] = script  # asked for as ch08, ch08_capstone or capstone
+    missing = set(wanted) - set(found) - {p.parent.name for p in found.values()} - {
+        p.parent.name[5:] for p in found.values()}
     if missing:
         raise SystemExit(f"no such chapter: {', '.join(sorted(missing))}; have {', '.join(found)}")
     return found

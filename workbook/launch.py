@@ -208,11 +208,12 @@ class LaunchCache:
     def __init__(self, size=8):
         self.size, self.entries = size, OrderedDict()
 
-    def launch(self, kernel, blocks, threads, arrays, scalars=()):
+    def launch(self, kernel, blocks, threads, arrays, scalars=(), stream=0):
         if not ON_GPU:
-            kernel[blocks, threads](*arrays, *scalars)
+            kernel[blocks, threads, stream](*arrays, *scalars)
             return
-        key = (kernel, blocks, threads, tuple((id(a), a.shape) for a in arrays), tuple(map(type, scalars)))
+        key = (kernel, blocks, threads, tuple((id(a), a.shape) for a in arrays), tuple(map(type, scalars)),
+               int(stream_handle(stream)) if stream else 0)
         entry = self.entries.get(key)
         if entry is not None and all(ref() is a for ref, a in zip(entry[0], arrays)):
             refs, prepared, last = entry
@@ -223,7 +224,7 @@ class LaunchCache:
             self.entries.move_to_end(key)
             prepared()
             return
-        prepared = PreparedLaunch(kernel, blocks, threads, *arrays, *scalars, keep_args=False)
+        prepared = PreparedLaunch(kernel, blocks, threads, *arrays, *scalars, stream=stream, keep_args=False)
         self.entries[key] = [tuple(weakref.ref(a) for a in arrays), prepared, tuple(scalars)]
         if len(self.entries) > self.size:
             self.entries.popitem(last=False)

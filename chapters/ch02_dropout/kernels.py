@@ -205,11 +205,16 @@ def keep4(quad, threshold, seed_lo, seed_hi, off_lo, off_hi):
             np.uint64(r2) >= threshold, np.uint64(r3) >= threshold)
 
 
-def _make_forward_kernel(load4, store4, write_mask):
-    """The bitmask (write_mask=True) or seed-only forward, with the given quad load/store."""
+def _make_forward_kernel(load4, store4, write_mask, offset_in_memory=False):
+    """The bitmask (write_mask=True) or seed-only forward, with the given quad load/store.
 
-    @cuda.jit
-    def kernel(x, y, mask, threshold, scale, seed_lo, seed_hi, off_lo, off_hi):
+    offset_in_memory: the kernel takes `counter`, a uint64[1] device array (after the mask), instead
+    of (off_lo, off_hi), and uses counter[0] as the Philox offset. A CUDA graph replays its kernels with the
+    arguments they were captured with, so a graph that drops out must read its offset from memory,
+    which a kernel of the step then advances (torch's graph-safe generator does the same)."""
+
+    @cuda.jit(device=True, inline=True)
+    def forward(x, y, mask, threshold, scale, seed_lo, seed_hi, off_lo, off_hi):
         n = x.size
         full_quads = n >> 2  # quads with all 4 elements in range: the 16-byte path
         tiles = (((n + 3) >> 2) + 31) >> 5  # warp tiles of 32 quads
@@ -256,6 +261,19 @@ def _make_forward_kernel(load4, store4, write_mask):
                 if (lane & 7) == 0 and word < mask.size:
                     mask[word] = np.uint32(bits)  # lanes 0, 8, 16, 24: 4 consecutive words, 16 B
             tile += warps_in_grid
+
+    if offset_in_memory:
+        @cuda.jit
+        def counted(x, y, mask, counter, threshold, scale, seed_lo, seed_hi):
+            offset = np.uint64(counter[0])  # the same word for every thread: a broadcast from cache
+            forward(x, y, mask, threshold, scale, seed_lo, seed_hi,
+                    np.uint32(offset & MASK32), np.uint32(offset >> SHIFT32))
+
+        return counted
+
+    @cuda.jit
+    def kernel(x, y, mask, threshold, scale, seed_lo, seed_hi, off_lo, off_hi):
+        forward(x, y, mask, threshold, scale, seed_lo, seed_hi, off_lo, off_hi)
 
     return kernel
 
@@ -308,6 +326,8 @@ def _make_backward_kernel(load4, store4, from_mask):
 _VECTOR, _SCALAR = (load4, store4), (load_each4, store_each4)
 dropout_bitmask_kernel = _make_forward_kernel(*_VECTOR, write_mask=True)
 dropout_bitmask_scalar_kernel = _make_forward_kernel(*_SCALAR, write_mask=True)
+dropout_bitmask_counted_kernel = _make_forward_kernel(*_VECTOR, write_mask=True, offset_in_memory=True)
+dropout_bitmask_counted_scalar_kernel = _make_forward_kernel(*_SCALAR, write_mask=True, offset_in_memory=True)
 dropout_seed_only_kernel = _make_forward_kernel(*_VECTOR, write_mask=False)
 dropout_seed_only_scalar_kernel = _make_forward_kernel(*_SCALAR, write_mask=False)
 backward_bitmask_kernel = _make_backward_kernel(*_VECTOR, from_mask=True)
@@ -422,12 +442,28 @@ def prepare_dropout_bitmask(x, p, seed, y, mask):
     return step
 
 
+def dropout_bitmask_counted(x, p, seed, counter, y, mask, *, stream=0):
+    """dropout_bitmask with its Philox offset read on the GPU from counter[0] (a uint64[1] device
+    array), so that a graph replaying the launch draws new numbers whenever a kernel of the step
+    advances the counter. y and mask must be given (a graph replays into the same buffers)."""
+    x = require(x, "x", dtype=DTYPES, ndim=1)
+    p, seed = check_p(p), check_u64(seed, "seed")
+    counter = require(counter, "counter", dtype=np.uint64, shape=(1,))
+    y, mask = require(y, "y", dtype=x.dtype, shape=x.shape), _mask_output(mask, x.size)
+    if x.size:
+        wide = quads_aligned(x, y)
+        kernel = dropout_bitmask_counted_kernel if wide else dropout_bitmask_counted_scalar_kernel
+        _launches.launch(kernel, _blocks_for_quads(-(-x.size // 4)), THREADS_PER_BLOCK, (x, y, mask, counter),
+                         (threshold_for(p), scale_for(p), *split_u64(seed)), stream=stream)
+    return y, mask
+
+
 def dropout_seed_only(x, p, seed, offset, y=None):
     """Dropout that stores no mask: the backward regenerates it from (seed, offset)."""
     return _forward(x, p, seed, offset, y, None, write_mask=False)[0]
 
 
-def dropout_backward_bitmask(dy, mask, p, dx=None, vector=True, blocks_per_sm=None):
+def dropout_backward_bitmask(dy, mask, p, dx=None, vector=True, blocks_per_sm=None, stream=0):
     """dx = dy * keep / (1 - p), keep read from the packed mask written by dropout_bitmask."""
     dy = require(dy, "dy", dtype=DTYPES, ndim=1)
     mask = require(mask, "mask", dtype=np.uint32, shape=(-(-dy.size // 32),))
@@ -437,7 +473,7 @@ def dropout_backward_bitmask(dy, mask, p, dx=None, vector=True, blocks_per_sm=No
         wide = vector and quads_aligned(dy, dx)
         kernel = backward_bitmask_kernel if wide else backward_bitmask_scalar_kernel
         quads = -(-dy.size // 4)
-        kernel[_blocks_for_quads(quads, blocks_per_sm), THREADS_PER_BLOCK](  # (seed, offset): unused
+        kernel[_blocks_for_quads(quads, blocks_per_sm), THREADS_PER_BLOCK, stream](  # (seed, offset): unused
             dy, mask, dx, threshold_for(p), scale_for(p), *split_u64(0), *split_u64(0))
     return dx
 

@@ -648,7 +648,7 @@ def zero_kernel(values):
         values[i] = float32(0)
 
 
-def _launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args):
+def _launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0):
     """Launch `kernel(*args, c3)` over the output tiles and `splits` depth slices (None: pick)."""
     if splits is None:
         splits = split_count(tile, rows, columns, depth)
@@ -656,10 +656,10 @@ def _launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args):
         raise ValueError(f"splits must be an int from 1 to {MAX_SPLITS}, not {splits!r}")
     if splits > 1:
         flat = c3.reshape(-1)
-        zero_kernel[min(sm_count() * 8, math.ceil(flat.size / 256)), 256](flat)
+        zero_kernel[min(sm_count() * 8, math.ceil(flat.size / 256)), 256, stream](flat)
     blocks = (math.ceil(columns / tile.BN), math.ceil(rows / tile.BM), int(splits))
     threads_per_block = tile.threads
-    kernel[blocks, threads_per_block](*args, c3)
+    kernel[blocks, threads_per_block, stream](*args, c3)
     return splits
 
 
@@ -675,10 +675,11 @@ def _tile(tile):
     return tile
 
 
-def gemm(a, b, c, *, tile=None, splits=None):
+def gemm(a, b, c, *, tile=None, splits=None, stream=0):
     """c = a @ b, float32, with the chapter's tiled GEMM; a (M, KD), b (KD, NC), c (M, NC).
 
-    tile: a name in TILES or a Tile (None: the first); splits: depth slices (None: split_count).
+    tile: a name in TILES or a Tile (None: the first); splits: depth slices (None: split_count);
+    stream: where the launches go (0: the default stream).
     """
     a = require(a, "a", dtype=np.float32, ndim=2)
     b = require(b, "b", dtype=np.float32, ndim=2)
@@ -688,7 +689,7 @@ def gemm(a, b, c, *, tile=None, splits=None):
     tile = _tile(tile)
     gemm_kernel, _ = make_kernels(tile, _quads(tile, a, b))
     _launch_gemm(gemm_kernel, tile, a.shape[0], b.shape[1], a.shape[1], splits, c.reshape(1, *c.shape),
-                 a, b, b.shape[1])
+                 a, b, b.shape[1], stream=stream)
     return c
 
 
@@ -738,7 +739,7 @@ def conv2d_explicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=Non
 
 
 def conv2d_implicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=None, tile=None,
-                    splits=None):
+                    splits=None, stream=0):
     """Implicit GEMM: the same tiling, B tiles gathered from x through the tap table.
 
     `workspace` is accepted (and ignored) so that both paths share one calling convention.
@@ -752,7 +753,8 @@ def conv2d_implicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=Non
     _, implicit_conv_kernel = make_kernels(tile, _quads(tile, a))  # quads: the A tile (filters) only
     _launch_gemm(implicit_conv_kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
                  out.reshape(g.N, g.K, g.P * g.Q), x.reshape(-1), a,
-                 _device_tap_table(g), g.H, g.W, g.P * g.Q, g.Q, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)
+                 _device_tap_table(g), g.H, g.W, g.P * g.Q, g.Q, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
+                 stream=stream)
     return out
 
 

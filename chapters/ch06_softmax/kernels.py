@@ -691,12 +691,6 @@ def _row_plan(name, rows, ncols, width=1):
     return getattr(kernels, name), _blocks(rows, rows_per_block), kernels.threads_per_block
 
 
-def _row_launch(name, rows, ncols, width=1):
-    """The configured launch of row_kernels' `name` (see _row_plan)."""
-    kernel, blocks, threads = _row_plan(name, rows, ncols, width)
-    return kernel[blocks, threads]
-
-
 def _naive_blocks(rows):
     return max(1, math.ceil(rows / NAIVE_THREADS))
 
@@ -786,14 +780,15 @@ def cross_entropy_naive(logits, targets, losses, lse, mean, *, check_targets=Tru
     return mean, losses, lse
 
 
-def cross_entropy(logits, targets, losses, lse, mean, *, check_targets=True, wide=True):
+def cross_entropy(logits, targets, losses, lse, mean, *, check_targets=True, wide=True, stream=0):
     """Fused forward: per-row loss and log-sum-exp in one read of the logits, then the batch mean.
-    wide: 16-byte loads of the logits where the rows allow them."""
+    wide: 16-byte loads of the logits where the rows allow them; stream: where both kernels go."""
     logits, targets, losses, lse, mean = _cross_entropy_args(logits, targets, losses, lse, mean,
                                                              check_targets)
     rows, ncols = logits.shape
-    _row_launch("cross_entropy", rows, ncols, _width(ncols, logits) if wide else 1)(logits, targets, losses, lse)
-    batch_mean_kernel[1, TREE_THREADS](losses, mean)
+    kernel, blocks, threads = _row_plan("cross_entropy", rows, ncols, _width(ncols, logits) if wide else 1)
+    kernel[blocks, threads, stream](logits, targets, losses, lse)
+    batch_mean_kernel[1, TREE_THREADS, stream](losses, mean)
     return mean, losses, lse
 
 
@@ -814,11 +809,12 @@ def cross_entropy_backward_naive(logits, targets, lse, grad, *, check_targets=Tr
     return grad
 
 
-def cross_entropy_backward(logits, targets, lse, grad, *, check_targets=True, wide=True):
+def cross_entropy_backward(logits, targets, lse, grad, *, check_targets=True, wide=True, stream=0):
     """grad = (softmax - onehot) / batch in one pass, from the lse the forward stored. wide: 16-byte
     loads and stores where the rows allow them."""
     logits, targets, lse, grad = _backward_args(logits, targets, lse, grad, check_targets)
     rows, ncols = logits.shape
     width = _width(ncols, logits, grad) if wide else 1
-    _row_launch("backward", rows, ncols, width)(logits, targets, lse, grad)
+    kernel, blocks, threads = _row_plan("backward", rows, ncols, width)
+    kernel[blocks, threads, stream](logits, targets, lse, grad)
     return grad

@@ -1,0 +1,322 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 08 — Capstone: training a network with nothing but the workbook's kernels
+#
+# Each chapter optimized one layer of a training step on its own. Here they meet: a small
+# ResNet-style network learns to read handwritten digits, and every forward and backward pass, the
+# loss and the optimizer are numba kernels of this workbook:
+#
+# | layer | forward | backward | from |
+# |---|---|---|---|
+# | conv 3x3 (x3) | implicit GEMM | data gradient: the same kernel, filters flipped; weight gradient: a new implicit GEMM | chapter 04, this chapter |
+# | BatchNorm + ReLU, 1-bit mask | fused | fused | chapter 01 |
+# | BatchNorm + Add + ReLU | fused | fused, with the identity's gradient | chapter 01 |
+# | global average pool | a warp per plane | elementwise | this chapter |
+# | dropout | Philox bitmask, offset read from the GPU | from the mask | chapter 02 |
+# | linear | chapter 04's GEMM + bias | two GEMMs, two transposes, a column sum | chapter 04, this chapter |
+# | softmax cross-entropy | fused | fused | chapter 06 |
+# | SGD with momentum | — | one launch over a flat buffer of every parameter | this chapter (chapter 03's idea) |
+#
+# and the step is replayed as one CUDA graph (chapter 07). In this chapter you will learn
+# - how a convolution's two gradients are GEMMs too, and how they map onto the forward's tile;
+# - how to check a whole training step: every gradient against a float64 NumPy network, which is
+#   itself checked by finite differences;
+# - what a step costs end to end, GPU and host, against the same network in torch.
+#
+# Without a GPU, this notebook checks one step of a tiny network in the simulator and trains it
+# for two steps; the full training (and the race against torch) is shown from the stored H100 run.
+# The data is scikit-learn's digits (`pip install -e ".[capstone]"`): 1,797 images of 8x8 pixels.
+
+# %%
+# %load_ext autoreload
+# %autoreload 2
+import numpy as np
+
+import workbook
+from workbook import bench, cuda
+
+from chapters.ch02_dropout import kernels as drop
+from chapters.ch04_implicit_gemm import kernels as conv
+from chapters.ch08_capstone import layers as L
+from chapters.ch08_capstone import network as nw
+
+print(f"running on: {workbook.MODE}")
+chapter = workbook.Chapter("ch08", "Capstone: a network trained with the workbook's kernels")
+rng = np.random.default_rng(0)
+torch = bench.optional_torch()
+
+BATCH = workbook.size(gpu=256, sim=4)
+WIDTH = workbook.size(gpu=32, sim=3)
+EPOCHS = workbook.size(gpu=40, sim=1)
+
+# %% [markdown]
+# ## The data
+#
+# 1,437 training images and 360 held out, split with a fixed seed; pixels scaled to mean ~0 and
+# standard deviation ~1. Each epoch takes the training set in a new shuffled order, 256 at a time;
+# the last 157 images of an order wait for the next epoch.
+
+# %%
+train_x, train_y, test_x, test_y = nw.load_digits()
+print(f"train {train_x.shape}, test {test_x.shape}; classes {np.bincount(train_y)}")
+if not workbook.ON_GPU:  # the simulator trains on a sliver of the data: 2 batches
+    train_x, train_y = train_x[: 2 * BATCH], train_y[: 2 * BATCH]
+    test_x, test_y = test_x[:8], test_y[:8]
+
+# %% [markdown]
+# ## The convolution's data gradient is a convolution
+#
+# For stride 1, the gradient of `out = conv(x, w)` with respect to x is a convolution of `dy`
+# with the filters transposed (`C` and `K` swapped) and turned by 180 degrees:
+#
+#     dx[n, c, h, w] = sum over k, r, s of dy[n, k, h + ph - r, w + pw - s] * w[k, c, r, s]
+#                    = conv(dy, wt, padding = R - 1 - ph)     wt[c, k, r, s] = w[k, c, R-1-r, S-1-s]
+#
+# so chapter 04's implicit GEMM runs it unchanged, with M = C rows, N·H·W columns and a depth of
+# K·R·S: only a 36 KB filter transform is new. This is how CUTLASS's unit-stride "dgrad" works;
+# with a stride, dy has holes where the forward skipped positions, and CUTLASS splits the work by
+# the stride's phases (not done here: `conv2d_dgrad` rejects a stride).
+
+# %%
+workbook.show(L.conv2d_dgrad)
+
+# %% [markdown]
+# ## The weight gradient is a GEMM over another depth
+#
+#     dw[k, (c, r, s)] = sum over (n, p, q) of dy[n, k, p, q] * X[(c, r, s), (n, p, q)]
+#
+# The same X as the forward's (the im2col matrix, never built), but now it is the *depth* that
+# runs over N·P·Q = 16,384 positions, into a small 32 x 288 output: a few tiles with a very long
+# depth. The kernel splits that depth into hundreds of slices, one per block, and the blocks add
+# their partial tiles into dw with atomics (split-K; chapter 04 used 2 to 8 slices). Each thread
+# owns one depth position per step, decodes its (n, p, q) once, and loads its A and B values down
+# that position — consecutive threads, consecutive q: every load coalesced.
+
+# %%
+workbook.show(L._make_wgrad_kernel)
+
+# %%
+g = conv.conv_geometry((BATCH, WIDTH, 8, 8), (WIDTH, WIDTH, 3, 3), 1, 1, 1)
+x_c = rng.standard_normal((g.N, g.C, g.H, g.W)).astype(np.float32)
+w_c = (rng.standard_normal((g.K, g.C, 3, 3)) * 0.1).astype(np.float32)
+dy_c = rng.standard_normal(g.out_shape).astype(np.float32)
+dx_ref, dw_ref = L.conv2d_backward_reference(x_c, w_c, dy_c, 1, 1, 1)
+d_x, d_w, d_dy = cuda.to_device(x_c), cuda.to_device(w_c), cuda.to_device(dy_c)
+dx_out, dw_out = cuda.device_array_like(d_x), cuda.device_array_like(d_w)
+rtol, atol = conv.tolerance(g.gemm_depth)
+flops = 2.0 * g.K * g.gemm_depth * g.gemm_columns  # one multiply-add per (output, c, r, s), as the forward
+baselines = {}
+if torch is not None:
+    t_x, t_w, t_dy = (bench.torch_view(a) for a in (d_x, d_w, d_dy))
+    baselines["torch conv2d_input (cuDNN)"] = lambda: torch.nn.grad.conv2d_input(t_x.shape, t_w, t_dy, padding=1)
+dgrad = chapter.compare("conv dgrad", {"flipped filters + implicit GEMM": lambda: L.conv2d_dgrad(
+    d_dy, d_w, dx_out, padding=1, tile=nw.CAPSTONE_TILE)}, reference=dx_ref.astype(np.float32),
+    baselines=baselines, flops=flops, size=f"N={g.N} C=K={g.K} 8x8 3x3",
+    check=lambda out, ref, name: workbook.assert_close(out, ref, rtol=rtol, atol=atol, name=name))
+if torch is not None:
+    baselines = {"torch conv2d_weight (cuDNN)": lambda: torch.nn.grad.conv2d_weight(t_x, t_w.shape, t_dy, padding=1)}
+wgrad = chapter.compare("conv wgrad", {"split-K implicit GEMM": lambda: L.conv2d_wgrad(d_x, d_dy, dw_out, padding=1)},
+                        reference=dw_ref.astype(np.float32), baselines=baselines, flops=flops,
+                        size=f"N={g.N} C=K={g.K} 8x8 3x3, {L.wgrad_slices(g)} depth slices",
+                        check=lambda out, ref, name: workbook.assert_close(
+                            out, ref, rtol=1e-4, atol=2e-6 * g.N * g.P * g.Q + 1e-5, name=name))
+
+# %% [markdown]
+# The dot-product test, which needs no reference at all: for any x and dy,
+# `<dy, conv(x, w)> = <dgrad(dy), x>` and `<dy, conv(x, w)> = <wgrad(x, dy), w>` — a gradient is
+# the forward's adjoint. In float32 both sides agree to ~1e-6 of their size.
+
+# %%
+out_c = cuda.device_array(g.out_shape, np.float32)
+conv.conv2d_implicit(d_x, d_w, out_c, padding=1, tile=nw.CAPSTONE_TILE)
+L.conv2d_dgrad(d_dy, d_w, dx_out, padding=1, tile=nw.CAPSTONE_TILE)
+L.conv2d_wgrad(d_x, d_dy, dw_out, padding=1)
+forward_side = float(np.vdot(dy_c.astype(np.float64), out_c.copy_to_host()))
+for name, gradient, against in (("dgrad", dx_out, x_c), ("wgrad", dw_out, w_c)):
+    other = float(np.vdot(gradient.copy_to_host().astype(np.float64), against))
+    print(f"<dy, conv(x, w)> = {forward_side:.6g}, <{name}, {'x' if name == 'dgrad' else 'w'}> = {other:.6g}")
+    assert abs(forward_side - other) <= 1e-5 * np.sqrt(g.N * g.P * g.Q * g.K) * np.abs(dy_c).max() * 10 + 1e-4 * abs(forward_side)
+
+# %% [markdown]
+# ## The small layers: pooling, linear, the optimizer
+#
+# Global average pooling is a warp per (n, c) plane; the linear layer runs on chapter 04's GEMM,
+# which multiplies row-major matrices, so its backward transposes x and the weight first (the
+# classic shared-memory transpose, a 33-word pitch so that a column of the tile hits 32 banks);
+# the optimizer is torch's SGD with momentum, one launch over every parameter at once because
+# they all live in one flat buffer (chapter 03 fused hundreds of launches the same way).
+
+# %%
+workbook.show(L.transpose_kernel)
+workbook.show(L.sgd_momentum_kernel)
+
+# %% [markdown]
+# ## One whole step, checked
+#
+# The reference is the same network written in float64 NumPy (`reference_loss_and_grads`), fed
+# the workbook's dropout mask (chapter 02's Philox mapping reproduces it exactly on the host). It
+# is checked first by central finite differences, then the workbook's gradients are checked
+# against it: all of them, parameter by parameter, to a relative error (in norm) below 1e-4.
+
+# %%
+check_batch, check_width, p_check = 6, 4, 0.25
+check_params = nw.init_parameters(check_width, seed=3)
+x_small = rng.standard_normal((check_batch, 1, 8, 8)).astype(np.float32)
+t_small = rng.integers(0, nw.CLASSES, check_batch).astype(np.int32)
+small = nw.Network(check_params, check_batch, p_drop=p_check, seed=99)
+small.set_step(7)  # the dropout offset: counter[0]
+small.load_batch(x_small, t_small)
+small.forward()
+small.backward()
+keep = drop.keep_reference(check_batch * check_width, p_check, 99, 7).reshape(check_batch, check_width)
+loss_ref, grads_ref = nw.reference_loss_and_grads(check_params, x_small, t_small, keep, p_check)
+
+# finite differences on the float64 reference: a few coordinates of every parameter
+fd_worst = 0.0
+for name, value in check_params.items():
+    for index in list(np.ndindex(value.shape))[:: max(1, value.size // 3)][:3]:
+        plus, minus = dict(check_params), dict(check_params)
+        plus[name], minus[name] = value.astype(np.float64).copy(), value.astype(np.float64).copy()
+        plus[name][index] += 1e-6
+        minus[name][index] -= 1e-6
+        numeric = (nw.reference_loss_and_grads(plus, x_small, t_small, keep, p_check)[0]
+                   - nw.reference_loss_and_grads(minus, x_small, t_small, keep, p_check)[0]) / 2e-6
+        fd_worst = max(fd_worst, abs(numeric - grads_ref[name][index]) / (abs(numeric) + 1e-6))
+print(f"float64 reference vs finite differences: worst relative error {fd_worst:.1e}")
+assert fd_worst < 1e-4
+
+got = small.grads.to_host()
+loss_got = float(small.loss.copy_to_host()[0])
+print(f"loss: workbook {loss_got:.7f}, float64 reference {loss_ref:.7f}")
+assert abs(loss_got - loss_ref) < 1e-5 * max(1.0, abs(loss_ref))
+worst = {}
+for name in grads_ref:
+    worst[name] = float(np.linalg.norm(got[name] - grads_ref[name]) / np.linalg.norm(grads_ref[name]))
+print("relative error of each gradient:", {k: f"{v:.1e}" for k, v in worst.items()})
+assert max(worst.values()) < 1e-4, worst
+
+# %% [markdown]
+# ## Training
+#
+# `Network` allocates every buffer once; `net.step()` gathers the next batch (its number read from
+# `counter` on the GPU), runs the forward and backward passes and the optimizer, and advances the
+# counter: about 50 launches and no synchronisation. `net.graph()` captures that step into a CUDA
+# graph on the first call; each later call replays all of it with one `cuGraphLaunch`. The dropout
+# draws new numbers at every replay because its Philox offset is `counter[0]`, read on the GPU (a
+# graph replays the arguments it captured: an offset passed by value would repeat forever).
+#
+# The torch twin has the same layers, the same initial weights and sees the same batches in the
+# same order; only the dropout masks differ (torch has its own generator).
+
+# %%
+workbook.show(nw.Network.step)
+
+# %%
+initial = nw.init_parameters(WIDTH, seed=0)
+net = nw.Network(initial, BATCH)
+net.attach(train_x, train_y)
+graph = net.graph()  # captures (on the GPU: after one warm-up step) ...
+print("step:", graph.how)
+net.reset(initial)  # ... so start the training again from the initial weights
+orders = nw.epoch_orders(len(train_x), EPOCHS)
+
+twin = None
+if torch is not None:
+    twin = nw.torch_twin(initial, p_drop=net.p_drop)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=net.lr, momentum=net.momentum, weight_decay=net.weight_decay)
+    t_train_x, t_train_y = torch.from_numpy(train_x).cuda(), torch.from_numpy(train_y).long().cuda()
+    t_test_x = torch.from_numpy(test_x).cuda()
+    twin_batch = {}
+
+    def twin_step():
+        idx = twin_batch["order"][twin_batch["step"] * BATCH:(twin_batch["step"] + 1) * BATCH]
+        twin_batch["step"] = (twin_batch["step"] + 1) % net.steps_per_epoch
+        twin_opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(twin(t_train_x[idx]), t_train_y[idx])
+        loss.backward()
+        twin_opt.step()
+        return loss
+
+history = {"workbook loss": [], "workbook accuracy": [], "torch loss": [], "torch accuracy": []}
+for epoch, order in enumerate(orders):
+    net.set_order(order, stream=graph.stream)
+    for _ in range(net.steps_per_epoch):
+        graph()
+    if twin is not None:
+        twin.train()
+        twin_batch.update(order=torch.from_numpy(order).long().cuda(), step=0)
+        losses = [twin_step() for _ in range(net.steps_per_epoch)]
+        history["torch loss"] += [float(v) for v in torch.stack(losses).detach().cpu()]
+        twin.eval()
+        with torch.no_grad():
+            history["torch accuracy"].append(float((twin(t_test_x).argmax(1).cpu().numpy() == test_y).mean()))
+    cuda.synchronize()
+    history["workbook accuracy"].append(net.accuracy(test_x, test_y))
+    if epoch % 5 == 4 or epoch == len(orders) - 1:
+        print(f"epoch {epoch + 1}: workbook test accuracy {history['workbook accuracy'][-1]:.4f}"
+              + (f", torch {history['torch accuracy'][-1]:.4f}" if twin is not None else ""))
+history["workbook loss"] = [float(v) for v in net.losses_so_far(len(orders) * net.steps_per_epoch)]
+assert np.isfinite(history["workbook loss"]).all(), "the training diverged"
+chapter.record("training", {key: values for key, values in history.items() if values})
+
+# %%
+import matplotlib.pyplot as plt  # noqa: E402
+
+figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+for who, style in (("workbook", "-"), ("torch", "--")):
+    if history[f"{who} loss"]:
+        left.plot(history[f"{who} loss"], style, label=who)
+        right.plot(np.arange(1, len(history[f"{who} accuracy"]) + 1), history[f"{who} accuracy"], style, label=who)
+left.set(xlabel="step", ylabel="training loss (batch mean)", yscale="log", title="loss")
+right.set(xlabel="epoch", ylabel="held-out accuracy", title="test accuracy", ylim=(0.5, 1.0))
+for axis in (left, right):
+    axis.legend()
+    axis.grid(alpha=0.3)
+chapter.savefig(figure, "training")
+final = history["workbook accuracy"][-1]
+chapter.bar("test accuracy of the workbook's network", final, at_least=0.97)
+if history["torch accuracy"]:
+    chapter.bar("test accuracy: workbook - torch twin (points)",
+                100 * abs(final - history["torch accuracy"][-1]), at_most=1.0)
+
+# %% [markdown]
+# ## What a step costs
+#
+# Three ways to run the same step: the workbook's wrappers called one by one (each checks its
+# arguments and launches through numba: chapter 07's plain path), the same step replayed as one
+# CUDA graph, and torch eager. **median ms** is the GPU's time for one step; **host us/call** what
+# issuing it costs the CPU; and the wall time per step of a loop of steps, synchronised once — what
+# a training run pays — is the larger of the two, more or less.
+
+# %%
+step_variants = {"workbook, plain launches": net.step, "workbook, one CUDA graph": graph}
+step_baselines = {"torch eager": twin_step} if twin is not None else {}
+if twin is not None:
+    twin.train()
+steps = chapter.compare("training step", step_variants, baselines=step_baselines,
+                        size=f"batch {BATCH}, width {WIDTH}, 8x8", repeats=30)
+if workbook.ON_GPU:
+    wall = {name: bench.loop_us(function, calls=100) for name, function in {**step_variants, **step_baselines}.items()}
+    chapter.record("wall us per step", wall)
+    print("wall time per step, host included (a loop of 100 steps):",
+          {name: f"{us:.0f} us" for name, us in wall.items()})
+    if "torch eager" in wall:
+        chapter.bar("training step wall time: workbook graph / torch eager", wall["workbook, one CUDA graph"]
+                    / wall["torch eager"], at_most=1.0)
+else:
+    chapter.record("wall us per step", {})
+
+# %%
+chapter.save()
