@@ -36,7 +36,7 @@
 # - what a step costs end to end, GPU and host, against the same network in torch.
 #
 # Without a GPU, this notebook checks one step of a tiny network in the simulator and trains it
-# for two steps; the full training (and the race against torch) is shown from the stored H100 run.
+# for one step; the full training (and the race against torch) is shown from the stored H100 run.
 # The data is scikit-learn's digits (`pip install -e ".[capstone]"`): 1,797 images of 8x8 pixels.
 
 # %%
@@ -57,8 +57,8 @@ chapter = workbook.Chapter("ch08", "Capstone: a network trained with the workboo
 rng = np.random.default_rng(0)
 torch = bench.optional_torch()
 
-BATCH = workbook.size(gpu=256, sim=4)
-WIDTH = workbook.size(gpu=32, sim=3)
+BATCH = workbook.size(gpu=256, sim=2)
+WIDTH = workbook.size(gpu=32, sim=2)
 EPOCHS = workbook.size(gpu=40, sim=1)
 
 # %% [markdown]
@@ -71,9 +71,9 @@ EPOCHS = workbook.size(gpu=40, sim=1)
 # %%
 train_x, train_y, test_x, test_y = nw.load_digits()
 print(f"train {train_x.shape}, test {test_x.shape}; classes {np.bincount(train_y)}")
-if not workbook.ON_GPU:  # the simulator trains on a sliver of the data: 2 batches
-    train_x, train_y = train_x[: 2 * BATCH], train_y[: 2 * BATCH]
-    test_x, test_y = test_x[:8], test_y[:8]
+if not workbook.ON_GPU:  # the simulator trains on a sliver of the data: one batch, one step
+    train_x, train_y = train_x[:BATCH], train_y[:BATCH]
+    test_x, test_y = test_x[:4], test_y[:4]
 
 # %% [markdown]
 # ## The convolution's data gradient is a convolution
@@ -171,7 +171,7 @@ workbook.show(L.sgd_momentum_kernel)
 # against it: all of them, parameter by parameter, to a relative error (in norm) below 1e-4.
 
 # %%
-check_batch, check_width, p_check = 6, 4, 0.25
+check_batch, check_width, p_check = workbook.size(gpu=8, sim=3), workbook.size(gpu=8, sim=2), 0.25
 check_params = nw.init_parameters(check_width, seed=3)
 x_small = rng.standard_normal((check_batch, 1, 8, 8)).astype(np.float32)
 t_small = rng.integers(0, nw.CLASSES, check_batch).astype(np.int32)
