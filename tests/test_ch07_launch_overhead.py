@@ -110,7 +110,7 @@ def test_only_scalars_can_be_changed():
 
 
 @cuda.jit
-def scale_into_kernel(x, out, factor):  # arrays first, then scalars: LaunchCache's convention
+def scale_into_kernel(x, out, factor):
     i = cuda.grid(1)
     if i < x.size:
         out[i] = factor * x[i]
@@ -131,3 +131,20 @@ def test_launch_cache_reuses_a_launch_only_for_the_same_live_buffers():
     fresh = cuda.device_array(n, np.float32)
     cache.launch(scale_into_kernel, 2, 32, (x, fresh), (np.float32(5.0),))
     assert_close(fresh, 5 * np.arange(n, dtype=np.float32), exact=True)
+
+
+def test_launch_cache_finds_the_launch_of_a_new_view_of_the_same_memory():
+    from workbook.launch import LaunchCache
+
+    cache = LaunchCache(size=4)
+    values = np.arange(40, dtype=np.float32)
+    x = cuda.to_device(values.reshape(4, 10))
+    out = cuda.device_array(40, np.float32)
+    for factor in (2.0, -1.5):  # a scalar between the arrays, changed in place
+        cache.launch(L.scale_kernel, 2, 32, (x.reshape(40), np.float32(factor), out))  # a fresh view each call
+        assert_close(out, factor * values, exact=True)
+    if workbook.ON_GPU:
+        assert len(cache.entries) == 1  # one launch prepared, found again through the view's address
+    tail = cuda.device_array(30, np.float32)
+    cache.launch(L.scale_kernel, 1, 32, (x.reshape(40)[10:], np.float32(4.0), tail))  # other memory: its own launch
+    assert_close(tail, 4 * values[10:], exact=True)

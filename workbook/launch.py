@@ -14,7 +14,6 @@ checks are the same and only the cost differs; `.how` says which path ran.
 """
 
 import ctypes
-import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -119,7 +118,7 @@ class PreparedLaunch:
 
         self._launcher = launcher
         self.how = "cuLaunchKernel, parameter block built once"
-        if not keep_args:  # the packed pointers are all it needs; LaunchCache holds the arrays weakly
+        if not keep_args:  # the packed pointers are all it needs (LaunchCache keeps no array)
             self.args = None
 
     def set(self, index, value):
@@ -196,36 +195,52 @@ class LaunchCache:
     once per set of buffers instead of once per call is numba's typing and packing.
 
         _cache = LaunchCache()
-        _cache.launch(kernel, blocks, threads, (x, y, mask), (threshold, scale))
+        _cache.launch(kernel, blocks, threads, (x, y, mask, threshold, scale), stream=stream)
 
-    The kernel takes the arrays first, then the scalars. Keyed by the kernel, the configuration,
-    the arrays' identities and shapes and the scalars' types; the scalars' values are
-    stored into the packed parameters when they change (PreparedLaunch.set). The arrays are held
-    by weak reference: a cached launch never keeps a buffer alive, and an entry whose buffers are
-    gone is never used. In the simulator it is a plain launch.
+    The arguments are the kernel's, device arrays and scalars in any order. An entry is keyed by
+    the kernel, the configuration, the stream, each array's device address, shape, strides and
+    dtype, and each scalar's type: a new view of the same memory (`x.reshape(-1)` made afresh at
+    every call) finds the launch made for the first one. A scalar's value is stored into the
+    packed parameters when it changes (PreparedLaunch.set). No array is kept: the packed parameters
+    hold addresses, and an entry is only ever used for arrays with exactly those addresses, shapes
+    and dtypes, which is exactly the launch they need. In the simulator it is a plain launch.
     """
 
-    def __init__(self, size=8):
+    def __init__(self, size=64):
         self.size, self.entries = size, OrderedDict()
 
-    def launch(self, kernel, blocks, threads, arrays, scalars=(), stream=0):
+    @staticmethod
+    def _signature(arg):
+        """What a launch depends on in one argument: the memory and layout of an array, the type
+        of a scalar (its value can be changed in place)."""
+        pointer = getattr(arg, "device_ctypes_pointer", None)  # numba's device arrays and views
+        if pointer is not None:
+            return pointer.value, arg.shape, arg.strides, arg.dtype
+        interface = getattr(arg, "__cuda_array_interface__", None)  # torch, cupy
+        if interface is not None:
+            return interface["data"][0], interface["shape"], interface.get("strides"), interface["typestr"]
+        return type(arg)
+
+    def launch(self, kernel, blocks, threads, args, scalars=(), stream=0):
+        """Launch kernel[blocks, threads, stream](*args, *scalars), prepared once per signature."""
+        args = (*args, *scalars)
         if not ON_GPU:
-            kernel[blocks, threads, stream](*arrays, *scalars)
+            kernel[blocks, threads, stream](*args)
             return
-        key = (kernel, blocks, threads, tuple((id(a), a.shape) for a in arrays), tuple(map(type, scalars)),
-               int(stream_handle(stream)) if stream else 0)
+        signature = tuple(map(self._signature, args))
+        key = (kernel, blocks, threads, signature, int(stream_handle(stream)) if stream else 0)
         entry = self.entries.get(key)
-        if entry is not None and all(ref() is a for ref, a in zip(entry[0], arrays)):
-            refs, prepared, last = entry
-            for index, (old, new) in enumerate(zip(last, scalars)):
-                if old != new:
-                    prepared.set(len(arrays) + index, new)
-            entry[2] = tuple(scalars)
+        if entry is not None:
+            prepared, last = entry
+            for index, (kind, old, new) in enumerate(zip(signature, last, args)):
+                if isinstance(kind, type) and old != new:  # a scalar that changed
+                    prepared.set(index, new)
+            entry[1] = tuple(a if isinstance(kind, type) else None for kind, a in zip(signature, args))
             self.entries.move_to_end(key)
             prepared()
             return
-        prepared = PreparedLaunch(kernel, blocks, threads, *arrays, *scalars, stream=stream, keep_args=False)
-        self.entries[key] = [tuple(weakref.ref(a) for a in arrays), prepared, tuple(scalars)]
+        prepared = PreparedLaunch(kernel, blocks, threads, *args, stream=stream, keep_args=False)
+        self.entries[key] = [prepared, tuple(a if isinstance(kind, type) else None for kind, a in zip(signature, args))]
         if len(self.entries) > self.size:
             self.entries.popitem(last=False)
         prepared()

@@ -28,6 +28,7 @@ from numba import cuda, float32, float64
 from workbook import ON_GPU
 from workbook.check import pack_bitmask
 from workbook.inputs import require
+from workbook.launch import LaunchCache
 
 from .kernels import FULL_MASK, ZERO, relu
 
@@ -321,6 +322,9 @@ def bn_backward_dx_kernel(dy, mask, x, gamma, saved, partial, dx, dgamma, dbeta)
 
 
 _workspaces = {}
+# The four kernels' launches, prepared once per set of buffers (chapter 07): a training loop calls
+# these wrappers with the same tensors at every step.
+_launches = LaunchCache()
 
 
 def _partial_sums(n, c):
@@ -364,11 +368,12 @@ def batchnorm_relu_forward(x, gamma, beta, running_mean, running_var, y, mask, s
     partial = _partial_sums(n, c)
     x3 = _planes(x)
     blocks = (c, n)  # one block per (n, c) plane
-    bn_stats_kernel[blocks, THREADS_PER_BLOCK, stream](x3, partial)
+    _launches.launch(bn_stats_kernel, blocks, THREADS_PER_BLOCK, (x3, partial), stream=stream)
     has_identity = identity is not None
-    bn_forward_kernel[blocks, THREADS_PER_BLOCK, stream](x3, _planes(identity) if has_identity else x3, has_identity, gamma, beta, partial, saved, running_mean,
-                                                running_var, np.float32(momentum), np.float32(eps),
-                                                _planes(y), mask)
+    _launches.launch(bn_forward_kernel, blocks, THREADS_PER_BLOCK,
+                     (x3, _planes(identity) if has_identity else x3, has_identity, gamma, beta, partial, saved,
+                      running_mean, running_var, np.float32(momentum), np.float32(eps), _planes(y), mask),
+                     stream=stream)
     return y, mask
 
 
@@ -391,10 +396,10 @@ def batchnorm_relu_backward(dy, mask, x, gamma, saved, dx, dgamma, dbeta, *, d_i
     blocks = (c, n)
     has_identity = d_identity is not None
     # Without an identity, dy is passed as d_identity and never written (see bn_forward_kernel).
-    bn_backward_reduce_kernel[blocks, THREADS_PER_BLOCK, stream](dy3, mask, x3, _planes(d_identity) if has_identity
-                                                        else dy3, has_identity, partial)
-    bn_backward_dx_kernel[blocks, THREADS_PER_BLOCK, stream](dy3, mask, x3, gamma, saved, partial, _planes(dx),
-                                                    dgamma, dbeta)
+    _launches.launch(bn_backward_reduce_kernel, blocks, THREADS_PER_BLOCK,
+                     (dy3, mask, x3, _planes(d_identity) if has_identity else dy3, has_identity, partial), stream=stream)
+    _launches.launch(bn_backward_dx_kernel, blocks, THREADS_PER_BLOCK,
+                     (dy3, mask, x3, gamma, saved, partial, _planes(dx), dgamma, dbeta), stream=stream)
     return dx, d_identity, dgamma, dbeta
 
 

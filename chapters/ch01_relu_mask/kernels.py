@@ -540,7 +540,7 @@ def relu_backward_from_mask_quads(dy, mask, dx):
     if not (aligned(dy, 16) and aligned(dx, 16)):
         return relu_backward_from_mask(dy, mask, dx)
     if dy.size:
-        relu_backward_from_mask_quads_kernel[_quad_blocks(dy.size), QUAD_THREADS](dy, mask, dx)
+        _launches.launch(relu_backward_from_mask_quads_kernel, _quad_blocks(dy.size), QUAD_THREADS, (dy, mask, dx))
     return dx
 
 

@@ -473,8 +473,8 @@ def dropout_backward_bitmask(dy, mask, p, dx=None, vector=True, blocks_per_sm=No
         wide = vector and quads_aligned(dy, dx)
         kernel = backward_bitmask_kernel if wide else backward_bitmask_scalar_kernel
         quads = -(-dy.size // 4)
-        kernel[_blocks_for_quads(quads, blocks_per_sm), THREADS_PER_BLOCK, stream](  # (seed, offset): unused
-            dy, mask, dx, threshold_for(p), scale_for(p), *split_u64(0), *split_u64(0))
+        _launches.launch(kernel, _blocks_for_quads(quads, blocks_per_sm), THREADS_PER_BLOCK,  # (seed, offset): unused
+                         (dy, mask, dx, threshold_for(p), scale_for(p), *split_u64(0), *split_u64(0)), stream=stream)
     return dx
 
 

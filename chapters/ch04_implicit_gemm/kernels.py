@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from workbook import ON_GPU
 from workbook.inputs import require, sm_count
+from workbook.launch import LaunchCache
 from workbook.memory import aligned, load4, shared_load4, shared_store4
 
 # ---------------------------------------------------------------------------------------------
@@ -648,6 +649,11 @@ def zero_kernel(values):
         values[i] = float32(0)
 
 
+# Launches prepared once per set of buffers (chapter 07): the views and the ~20 arguments of a
+# convolution are typed and packed the first time only.
+_launches = LaunchCache()
+
+
 def _launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0):
     """Launch `kernel(*args, c3)` over the output tiles and `splits` depth slices (None: pick)."""
     if splits is None:
@@ -656,10 +662,10 @@ def _launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0
         raise ValueError(f"splits must be an int from 1 to {MAX_SPLITS}, not {splits!r}")
     if splits > 1:
         flat = c3.reshape(-1)
-        zero_kernel[min(sm_count() * 8, math.ceil(flat.size / 256)), 256, stream](flat)
+        _launches.launch(zero_kernel, min(sm_count() * 8, math.ceil(flat.size / 256)), 256, (flat,), stream=stream)
     blocks = (math.ceil(columns / tile.BN), math.ceil(rows / tile.BM), int(splits))
     threads_per_block = tile.threads
-    kernel[blocks, threads_per_block, stream](*args, c3)
+    _launches.launch(kernel, blocks, threads_per_block, (*args, c3), stream=stream)
     return splits
 
 
@@ -718,8 +724,8 @@ def im2col(x, g, col):
     x = require(x, "x", dtype=np.float32, shape=(g.N, g.C, g.H, g.W))
     col = require(col, "col", dtype=np.float32, shape=(g.gemm_depth, g.gemm_columns))
     blocks = (math.ceil(g.gemm_columns / IM2COL_THREADS), min(g.gemm_depth, IM2COL_ROW_BLOCKS))
-    im2col_kernel[blocks, IM2COL_THREADS](x.reshape(-1), _device_table(g), g.H, g.W, g.C * g.H * g.W,
-                                          g.P * g.Q, g.Q, g.sh, g.sw, g.ph, g.pw, col)
+    _launches.launch(im2col_kernel, blocks, IM2COL_THREADS, (x.reshape(-1), _device_table(g), g.H, g.W, g.C * g.H * g.W,
+                                                             g.P * g.Q, g.Q, g.sh, g.sw, g.ph, g.pw, col))
     return col
 
 

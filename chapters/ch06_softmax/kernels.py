@@ -787,8 +787,8 @@ def cross_entropy(logits, targets, losses, lse, mean, *, check_targets=True, wid
                                                              check_targets)
     rows, ncols = logits.shape
     kernel, blocks, threads = _row_plan("cross_entropy", rows, ncols, _width(ncols, logits) if wide else 1)
-    kernel[blocks, threads, stream](logits, targets, losses, lse)
-    batch_mean_kernel[1, TREE_THREADS, stream](losses, mean)
+    _launches.launch(kernel, blocks, threads, (logits, targets, losses, lse), stream=stream)
+    _launches.launch(batch_mean_kernel, 1, TREE_THREADS, (losses, mean), stream=stream)
     return mean, losses, lse
 
 
@@ -816,5 +816,5 @@ def cross_entropy_backward(logits, targets, lse, grad, *, check_targets=True, wi
     rows, ncols = logits.shape
     width = _width(ncols, logits, grad) if wide else 1
     kernel, blocks, threads = _row_plan("backward", rows, ncols, width)
-    kernel[blocks, threads, stream](logits, targets, lse, grad)
+    _launches.launch(kernel, blocks, threads, (logits, targets, lse, grad), stream=stream)
     return grad

@@ -22,6 +22,7 @@ from numba import cuda, float32
 
 from workbook import ON_GPU
 from workbook.inputs import require, sm_count
+from workbook.launch import LaunchCache
 
 from chapters.ch04_implicit_gemm.kernels import (_device_table, column_origin, conv2d_implicit, conv_geometry,
                                                  gemm, zero_kernel)
@@ -32,6 +33,9 @@ THREADS = 256 if ON_GPU else 32  # elementwise kernels; the simulator runs a Pyt
 U64 = np.uint64
 
 _workspaces = {}
+# Every launch below goes through this cache (chapter 07): a step calls these wrappers with the
+# same buffers each time, so numba types and packs their arguments once.
+_launches = LaunchCache()
 
 
 def workspace(name, shape, dtype=np.float32):
@@ -105,7 +109,7 @@ def conv2d_dgrad(dy, w, dx, *, padding=0, dilation=1, tile=None, stream=0):
         raise ValueError(f"padding {padding} is more than the filter's reach ({g.dh * (g.R - 1)}, "
                          f"{g.dw * (g.S - 1)}): outputs that see only padding; not supported")
     wt = workspace("flipped filters", (g.C, g.K, g.R, g.S))
-    flip_filters_kernel[_elementwise_blocks(wt.size), THREADS, stream](w, wt)
+    _launches.launch(flip_filters_kernel, _elementwise_blocks(wt.size), THREADS, (w, wt), stream=stream)
     return conv2d_implicit(dy, wt, dx, padding=(back_ph, back_pw), dilation=(g.dh, g.dw), tile=tile,
                            stream=stream)
 
@@ -228,11 +232,11 @@ def conv2d_wgrad(x, dy, dw, *, stride=1, padding=0, dilation=1, slices=None, str
         raise ValueError(f"slices must be a positive int, not {slices!r}")
     dw2 = dw.reshape(g.K, g.gemm_depth)
     if slices > 1:
-        zero_kernel[_elementwise_blocks(dw.size), THREADS, stream](dw.reshape(-1))
+        _launches.launch(zero_kernel, _elementwise_blocks(dw.size), THREADS, (dw.reshape(-1),), stream=stream)
     blocks = (math.ceil(g.gemm_depth / WGRAD.BN), math.ceil(g.K / WGRAD.BM), int(slices))
-    wgrad_kernel[blocks, wgrad_kernel.threads, stream](
-        x.reshape(-1), dy.reshape(-1), _device_table(g), g.H, g.W, g.C * g.H * g.W, g.P * g.Q, g.Q,
-        g.sh, g.sw, g.ph, g.pw, dw2)
+    _launches.launch(wgrad_kernel, blocks, wgrad_kernel.threads,
+                     (x.reshape(-1), dy.reshape(-1), _device_table(g), g.H, g.W, g.C * g.H * g.W, g.P * g.Q, g.Q,
+                      g.sh, g.sw, g.ph, g.pw, dw2), stream=stream)
     return dw
 
 
@@ -278,14 +282,14 @@ def global_avg_pool(x, out, *, stream=0):
     planes, flat = _pool_args(x, out)
     warps_per_block = THREADS // 32
     blocks = max(1, min(math.ceil(planes.shape[0] / warps_per_block), sm_count() * 16))
-    global_avg_pool_kernel[blocks, THREADS, stream](planes, flat)
+    _launches.launch(global_avg_pool_kernel, blocks, THREADS, (planes, flat), stream=stream)
     return out
 
 
 def global_avg_pool_backward(d_out, dx, *, stream=0):
     """dx[n, c, h, w] = d_out[n, c] / (H*W)."""
     planes, flat = _pool_args(dx, d_out)
-    global_avg_pool_backward_kernel[_elementwise_blocks(dx.size), THREADS, stream](flat, planes)
+    _launches.launch(global_avg_pool_backward_kernel, _elementwise_blocks(dx.size), THREADS, (flat, planes), stream=stream)
     return dx
 
 
@@ -326,7 +330,7 @@ def transpose(a, at, *, stream=0):
     a = require(a, "a", dtype=np.float32, ndim=2)
     at = require(at, "at", dtype=np.float32, shape=a.shape[::-1])
     blocks = (math.ceil(a.shape[1] / TRANSPOSE_TILE), math.ceil(a.shape[0] / TRANSPOSE_TILE))
-    transpose_kernel[blocks, (TRANSPOSE_TILE, TRANSPOSE_ROWS), stream](a, at)
+    _launches.launch(transpose_kernel, blocks, (TRANSPOSE_TILE, TRANSPOSE_ROWS), (a, at), stream=stream)
     return at
 
 
@@ -365,7 +369,7 @@ def linear_forward(x, wt, b, out, *, tile=None, stream=0):
     x, wt, out = _linear_shapes(x, wt, "out", out)
     require(b, "b", dtype=np.float32, shape=(wt.shape[1],))
     gemm(x, wt, out, tile=tile, stream=stream)
-    add_bias_kernel[_elementwise_blocks(out.size), THREADS, stream](out, b)
+    _launches.launch(add_bias_kernel, _elementwise_blocks(out.size), THREADS, (out, b), stream=stream)
     return out
 
 
@@ -379,7 +383,7 @@ def linear_backward(x, wt, d_out, dx, dwt, db, *, tile=None, stream=0):
     gemm(xt, d_out, dwt, tile=tile, stream=stream)
     w = transpose(wt, workspace("w", wt.shape[::-1]), stream=stream)
     gemm(d_out, w, dx, tile=tile, stream=stream)
-    column_sum_kernel[max(1, math.ceil(db.size * 32 / THREADS)), THREADS, stream](d_out, db)
+    _launches.launch(column_sum_kernel, max(1, math.ceil(db.size * 32 / THREADS)), THREADS, (d_out, db), stream=stream)
     return dx, dwt, db
 
 
@@ -413,9 +417,9 @@ def batchnorm_eval_relu(x, gamma, beta, running_mean, running_var, y, *, identit
     if identity is not None:
         require(identity, "identity", dtype=np.float32, shape=x.shape)
     x3 = x.reshape(n, c, h * w)
-    batchnorm_eval_relu_kernel[_elementwise_blocks(x.size), THREADS, stream](
-        x3, x3 if identity is None else identity.reshape(n, c, h * w), identity is not None, gamma, beta,
-        running_mean, running_var, np.float32(eps), y.reshape(n, c, h * w))
+    _launches.launch(batchnorm_eval_relu_kernel, _elementwise_blocks(x.size), THREADS,
+                     (x3, x3 if identity is None else identity.reshape(n, c, h * w), identity is not None, gamma, beta,
+                      running_mean, running_var, np.float32(eps), y.reshape(n, c, h * w)), stream=stream)
     return y
 
 
@@ -446,8 +450,9 @@ def sgd_momentum(params, grads, velocity, *, lr, momentum=0.9, weight_decay=0.0,
     for name, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
         if not (isinstance(value, (int, float, np.floating)) and 0 <= value < math.inf):
             raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
-    sgd_momentum_kernel[_elementwise_blocks(params.size), THREADS, stream](
-        params, grads, velocity, np.float32(lr), np.float32(momentum), np.float32(weight_decay))
+    _launches.launch(sgd_momentum_kernel, _elementwise_blocks(params.size), THREADS,
+                     (params, grads, velocity, np.float32(lr), np.float32(momentum), np.float32(weight_decay)),
+                     stream=stream)
     return params
 
 
@@ -465,7 +470,7 @@ def add_into(a, b, *, stream=0):
     """a += b for float32 device arrays of one shape (a residual's two gradients meet)."""
     a = require(a, "a", dtype=np.float32)
     b = require(b, "b", dtype=np.float32, shape=a.shape)
-    add_into_kernel[_elementwise_blocks(a.size), THREADS, stream](a.reshape(-1), b.reshape(-1))
+    _launches.launch(add_into_kernel, _elementwise_blocks(a.size), THREADS, (a.reshape(-1), b.reshape(-1)), stream=stream)
     return a
 
 

@@ -258,14 +258,14 @@ class Network:
     def update(self, stream=0):
         layers.sgd_momentum(self.params.flat, self.grads.flat, self.velocity.flat, lr=self.lr,
                             momentum=self.momentum, weight_decay=self.weight_decay, stream=stream)
-        layers.end_step_kernel[1, 32, stream](self.counter, self.loss, self.history)
+        layers._launches.launch(layers.end_step_kernel, 1, 32, (self.counter, self.loss, self.history), stream=stream)
 
     def step(self, stream=0):
         """One training step on the next batch of the attached data: ~50 launches, no sync."""
         images, labels, order = self.data
-        layers.gather_batch_kernel[layers._elementwise_blocks(self.x.size), layers.THREADS, stream](
-            images, labels, order, self.counter, np.uint64(self.steps_per_epoch), self.x.reshape(self.batch, IMAGE * IMAGE),
-            self.targets)
+        layers._launches.launch(layers.gather_batch_kernel, layers._elementwise_blocks(self.x.size), layers.THREADS,
+                                (images, labels, order, self.counter, np.uint64(self.steps_per_epoch),
+                                 self.x.reshape(self.batch, IMAGE * IMAGE), self.targets), stream=stream)
         self.forward(stream)
         self.backward(stream)
         self.update(stream)
