@@ -329,5 +329,43 @@ parts = chapter.compare("training step, by part", {"forward (gather not included
                                                     "backward": net.backward, "optimizer + counter": net.update},
                         size=f"batch {BATCH}, width {WIDTH}, 8x8", repeats=30)
 
+# %% [markdown]
+# ## What the numbers mean
+#
+# (On a GPU the tables above; in the simulator the stored H100 figures after each one. Host
+# figures move by 10-50% between runs.)
+#
+# - **It learns as well as torch.** 40 epochs of 5 steps: 99.4% of the held-out digits, the torch
+#   twin 98.9-99.4% over two runs; the two loss curves lie on each other (they differ only in the
+#   dropout masks), which is the end-to-end check that every gradient is right at full size.
+# - **A step as a graph beats torch eager 3-5x in wall time**: about 600 us per step in a loop
+#   against 1,900-2,800 us. Not because the kernels are faster — the GPU time of a step is 0.60 ms
+#   against torch's 0.41 — but because torch pays 2-3 ms of host per step to issue ~40 kernels
+#   through autograd, while the graph pays 7 us to issue all of ours. At this size every training
+#   step is launch-bound, torch's included.
+# - **The same step from Python, wrapper by wrapper**, costs ~3 ms of host (4.6 ms before the
+#   wrappers cached their launches, chapter 07): each of ~55 calls still checks its arguments and
+#   builds its views, ~55 us a call. Graphs exist for exactly this.
+# - **Where our GPU time goes**: the backward (0.40 ms) is twice the forward (0.24). The data
+#   gradient runs at 8.9 TFLOP/s against cuDNN's 15 and the weight gradient at 4.9 against 7.0: a
+#   32-row tile still leaves a small layer with few blocks, and the weight gradient's 106 slices
+#   add into dw with atomics. Chapter 01's BatchNorm kernels give each 64-value plane a block of
+#   256 threads, three quarters of them idle; a warp per plane would fit these shapes.
+#
+# ## More to try
+# 1. Mixed precision: keep float16 activations, scale the loss, and unscale the flat gradient
+#    buffer with chapter 03's fused check-finite-and-unscale and its dynamic loss scale (a skipped
+#    step must also skip the optimizer: read found_inf in `sgd_momentum_kernel`).
+# 2. Fuse the global average pool's backward into the last BatchNorm's backward (its dy is the
+#    same value over a whole plane), and the bias add into the GEMM's epilogue.
+# 3. Give the weight gradient a tile of 32 x 96 with 16-byte shared loads (chapter 04's wide
+#    fragments) and measure TFLOP/s against cuDNN's.
+# 4. Capture the torch twin's step into a graph as well (`torch.cuda.graph`) and compare again.
+#
+# ## References
+# - NVIDIA CUTLASS, *Implicit GEMM convolution* (the fprop, dgrad and wgrad mappings; strided dgrad).
+# - PyTorch, CUDA graphs and the graph-safe Philox generator (offsets read from device memory).
+# - scikit-learn, *Optical recognition of handwritten digits* dataset (`load_digits`).
+
 # %%
 chapter.save()
