@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from workbook import assert_close, cuda, memory
-from workbook.memory import load4, load16, per16, shared_load4, shared_store4, store4, store4_streaming, store16
+from workbook.memory import load4, load16, per16, shared_load4, shared_store4, store4, store16
 
 SIM = workbook.MODE == "sim"
 BIG = workbook.size(gpu=(1 << 22) + 5, sim=1029)
@@ -258,41 +258,3 @@ def test_ptx_of_chapter_04s_wide_gemm():
     ptx = workbook.show_ptx(gemm_kernel, a, a, 8, np.zeros((1, 8, 8), np.float32), grep=r"\.v4")
     assert "ld.shared.v4.f32" in ptx and "ld.global.v4.f32" in ptx and "st.shared.v4.f32" in ptx
     assert not re.search(r"ld\.shared\.f32", ptx)  # no 4-byte fragment loads left
-
-
-@cuda.jit
-def streaming_copy_kernel(src, dst):
-    q = cuda.grid(1)
-    if 4 * q + 3 < src.size:
-        store4_streaming(dst, 4 * q, load4(src, 4 * q))
-
-
-@pytest.mark.parametrize("n", [4, 36, 1028])
-def test_streaming_store_writes_what_store4_writes(n):
-    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
-    out = cuda.to_device(np.full(n, np.nan, np.float32))
-    streaming_copy_kernel[-(-n // 128), 32](cuda.to_device(x), out)
-    assert_close(out, x, exact=True)
-
-
-@pytest.mark.skipif(not SIM, reason="the simulator's checks; a GPU faults instead")
-def test_streaming_store_rejects_a_misaligned_index():
-    out = cuda.device_array(8, np.float32)
-
-    @cuda.jit
-    def misaligned(dst):
-        store4_streaming(dst, 1, (np.float32(1), np.float32(2), np.float32(3), np.float32(4)))
-
-    with pytest.raises(ValueError, match="misaligned"):
-        misaligned[1, 1](out)
-
-
-@needs_compiler
-def test_ptx_of_chapter_01s_backward_has_the_streaming_store():
-    # The store is inline PTX declared with side effects: without them LLVM would delete it (no
-    # outputs), and the kernel would write nothing.
-    from chapters.ch01_relu_mask import kernels as k
-
-    ptx = workbook.show_ptx(k.relu_backward_from_mask_quads_kernel, np.zeros(8, np.float32),
-                            np.zeros(1, np.uint32), np.zeros(8, np.float32), grep=r"\.global")
-    assert "st.global.cs.v4.f32" in ptx and "ld.global.v4.f32" in ptx

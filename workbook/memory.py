@@ -13,9 +13,6 @@ a memory-bound kernel needs to get close to the copy ceiling. These four functio
                              16 bytes whatever the dtype: 4 float32 (the same as load4) or 8 float16,
                              so that one kernel moves 16 bytes per access in both precisions;
                              `per16(dtype)` says how many elements that is (host side)
-    store4_streaming(a, i, quad)
-                             store4 of float32 with the cache hint .cs ("streaming": evict first),
-                             st.global.cs.v4.f32, for outputs nothing reads again soon
 
 `a` is a C-contiguous array of any dimension and `i` a flat element index (row * ncols + col for a
 2-D array). Four elements of a's dtype move at once: 16 bytes of float32 or int32/uint32
@@ -36,12 +33,6 @@ inline PTX through `llvmlite.ir.InlineAsm`, works too, but a store written as in
 outputs, so unless it is declared to have side effects LLVM deletes it as dead code; and the
 compiler cannot schedule around assembly it does not understand. A vector access in IR has neither
 problem.)
-
-store4_streaming is the exception that shows the other route: LLVM IR has no word for PTX's cache
-hints, so it is one line of inline PTX, `st.global.cs.v4.f32 [addr], {a, b, c, d};`, declared with
-side effects (`side_effect=True`): without that, LLVM sees a call with no result and deletes it, and
-the kernel writes nothing. The hint tells L2 to evict these lines first, so that a kernel streaming
-gigabytes through keeps L2 for what it reads (chapter 01's backward: +4.6% on the H100).
 
 In the simulator the same names are plain Python, element by element, and they check what the
 GPU would not forgive: a misaligned index or array, and a quad past the end, raise an error that
@@ -183,29 +174,6 @@ if MODE != "sim":  # a GPU, or the compile worker (workbook/compiler.py): the re
     load16 = intrinsic(_make_load(GLOBAL, None))
     store16 = intrinsic(_make_store(GLOBAL, None))
 
-    @intrinsic
-    def store4_streaming(typingctx, array, index, quad):
-        if (not _wide_types_ok(array, index) or array.dtype != types.float32
-                or not isinstance(quad, types.BaseTuple) or len(quad) != WIDTH):
-            return None
-
-        def codegen(context, builder, signature, args):
-            array_type, index_type, quad_type = signature.args
-            data = context.make_array(array_type)(context, builder, args[0]).data
-            element = builder.gep(data, [context.cast(builder, args[1], index_type, types.intp)])
-            # the global-space address of a[i] (cvta.to.global), as a 64-bit register operand
-            address = builder.ptrtoint(builder.addrspacecast(element, ir.PointerType(element.type.pointee, GLOBAL)),
-                                       ir.IntType(64))
-            values = [context.cast(builder, builder.extract_value(args[2], k), quad_type[k], types.float32)
-                      for k in range(WIDTH)]
-            function_type = ir.FunctionType(ir.VoidType(), [ir.IntType(64)] + [ir.FloatType()] * WIDTH)
-            store = ir.InlineAsm(function_type, "st.global.cs.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f",
-                                 side_effect=True)  # no outputs: without this LLVM deletes the store
-            builder.call(store, [address] + values)
-            return context.get_dummy_value()
-
-        return types.none(array, index, quad), codegen
-
 else:  # the simulator: element by element, checking what a GPU would fault on
 
     def _check(array, index, name, width):
@@ -245,4 +213,3 @@ else:  # the simulator: element by element, checking what a GPU would fault on
     load4, store4 = _simulated("load4", True), _simulated("store4", False)
     shared_load4, shared_store4 = _simulated("shared_load4", True), _simulated("shared_store4", False)
     load16, store16 = _simulated("load16", True, None), _simulated("store16", False, None)
-    store4_streaming = _simulated("store4_streaming", False)

@@ -451,13 +451,14 @@ else:
 # Read them in the tables above (on a GPU, this run's; in the simulator, the stored H100 results).
 # - **16-byte quads.** On the H100 at 2^28 (results/nvidia-h100-80gb-hbm3/ch01.json) the quad
 #   forward takes 1.02x `torch.relu`'s time, where its extra mask bytes allow 1.016x. The quad
-#   backward was 1.40x faster than `threshold_backward` with plain 16-byte stores, at 97% of the
-#   copy ceiling (counting its 8.125 bytes) while `threshold_backward` moves its 12 bytes at about
-#   103% of it; the byte-count limit is 12 / 8.125 = 1.48x. What closed the gap is a cache hint:
-#   dx goes out with `st.global.cs.v4.f32`, a *streaming* store (`workbook.memory.store4_streaming`,
-#   one line of inline PTX), whose lines L2 evicts first, so that the dy and mask lines still to be
-#   read stay: 1.46-1.47x in a sweep of variants on the H100 (two quads per thread gave 1.46x too;
-#   128 to 1024 threads per block did nothing). A streaming load of dy gained less (1.44x).
+#   backward's limit by byte count is 12 / 8.125 = 1.48x `threshold_backward`'s speed. It first
+#   reached 1.40x, at 97% of the copy ceiling (counting its 8.125 bytes) while `threshold_backward`
+#   moves its 12 bytes at about 103% of it. A sweep of variants on the H100 found the rest in the
+#   kernel's shape, not in its bytes: testing for a whole quad first and reading the mask inside
+#   that branch (as the kernel now does) gives 1.46x, where "if first < n: read the mask, then test
+#   the quad" gave 1.40x with the same loads and stores. Cache hints did not help: a streaming
+#   store of dx (`st.global.cs`, inline PTX) 1.45x, a streaming load of dy 1.44x; nor did 128 to
+#   1024 threads per block; two quads per thread matched 1.46x.
 # - **Sequential vs ballot.** Both move the same bytes. The sequential kernel's loads are 32 bytes
 #   apart across a warp, so each load instruction touches 32 sectors and relies on L1 to serve the
 #   next seven; its `y` stores are scattered the same way. The ballot kernel reads and writes whole
