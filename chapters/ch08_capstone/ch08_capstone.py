@@ -351,7 +351,30 @@ parts = chapter.compare("training step, by part", {"forward (gather not included
 #   32-row tile still leaves a small layer with few blocks, and the weight gradient's 106 slices
 #   add into dw with atomics. Chapter 01's BatchNorm kernels give each 64-value plane a block of
 #   256 threads, three quarters of them idle; a warp per plane would fit these shapes.
+
+# %% [markdown]
+# ## Exercises you can check
 #
+# `exercises.py` beside this notebook holds four exercises on the layers this chapter added, each a
+# stub with its spec. Each cell below shows one and runs its check: *not attempted*, *wrong* (with
+# what is wrong) or *correct*. Edit `exercises.py` between `# >>> ch08.N` and `# <<< ch08.N`, save,
+# and re-run the cell. `python -m pytest --exercises -k ch08` checks them all at once.
+
+# %%
+from workbook import exercises  # noqa: E402
+
+exercises.show("ch08.1")
+
+# %%
+exercises.show("ch08.2")
+
+# %%
+exercises.show("ch08.3")
+
+# %%
+exercises.show("ch08.4")
+
+# %% [markdown]
 # ## More to try
 # 1. Mixed precision: keep float16 activations, scale the loss, and unscale the flat gradient
 #    buffer with chapter 03's fused check-finite-and-unscale and its dynamic loss scale (a skipped
