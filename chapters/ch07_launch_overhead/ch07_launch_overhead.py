@@ -360,7 +360,7 @@ if workbook.ON_GPU and torch_step is not None:
 #   of GPU: still host-bound; 738 us of host before the cache), 495 us in torch eager. A graph
 #   fixes the buffers (a new shape is a new capture), which a training loop with static shapes has
 #   anyway: it is what `torch.compile`'s "reduce-overhead" mode and CUDA-graph trees do. Chapter 08
-#   replays a whole training step, ~55 kernels, this way.
+#   replays a whole training step, 47 kernels, this way.
 
 # %%
 chapter.save()

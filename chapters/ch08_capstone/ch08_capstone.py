@@ -212,7 +212,7 @@ assert max(worst.values()) < 1e-4, worst
 #
 # `Network` allocates every buffer once; `net.step()` gathers the next batch (its number read from
 # `counter` on the GPU), runs the forward and backward passes and the optimizer, and advances the
-# counter: about 50 launches and no synchronisation. `net.graph()` captures that step into a CUDA
+# counter: 28 wrapper calls, 47 launches, and no synchronisation. `net.graph()` captures that step into a CUDA
 # graph on the first call; each later call replays all of it with one `cuGraphLaunch`. The dropout
 # draws new numbers at every replay because its Philox offset is `counter[0]`, read on the GPU (a
 # graph replays the arguments it captured: an offset passed by value would repeat forever).
@@ -344,8 +344,8 @@ parts = chapter.compare("training step, by part", {"forward (gather not included
 #   through autograd, while the graph pays 7 us to issue all of ours. At this size every training
 #   step is launch-bound, torch's included.
 # - **The same step from Python, wrapper by wrapper**, costs ~3 ms of host (4.6 ms before the
-#   wrappers cached their launches, chapter 07): each of ~55 calls still checks its arguments and
-#   builds its views, ~55 us a call. Graphs exist for exactly this.
+#   wrappers cached their launches, chapter 07): each of its 28 wrapper calls (47 launches) still
+#   checks its arguments and builds its views, ~110 us a call. Graphs exist for exactly this.
 # - **Where our GPU time goes**: the backward (0.40 ms) is twice the forward (0.24). The data
 #   gradient runs at 8.9 TFLOP/s against cuDNN's 15 and the weight gradient at 4.9 against 7.0: a
 #   32-row tile still leaves a small layer with few blocks, and the weight gradient's 106 slices
