@@ -228,19 +228,20 @@ class LaunchCache:
             kernel[blocks, threads, stream](*args)
             return
         signature = tuple(map(self._signature, args))
+        scalars = tuple(a if isinstance(kind, type) else None for kind, a in zip(signature, args))  # arrays: None
         key = (kernel, blocks, threads, signature, int(stream_handle(stream)) if stream else 0)
         entry = self.entries.get(key)
         if entry is not None:
             prepared, last = entry
-            for index, (kind, old, new) in enumerate(zip(signature, last, args)):
-                if isinstance(kind, type) and old != new:  # a scalar that changed
+            for index, (old, new) in enumerate(zip(last, scalars)):
+                if old != new:  # a scalar that changed (arrays are None on both sides)
                     prepared.set(index, new)
-            entry[1] = tuple(a if isinstance(kind, type) else None for kind, a in zip(signature, args))
+            entry[1] = scalars
             self.entries.move_to_end(key)
             prepared()
             return
         prepared = PreparedLaunch(kernel, blocks, threads, *args, stream=stream, keep_args=False)
-        self.entries[key] = [prepared, tuple(a if isinstance(kind, type) else None for kind, a in zip(signature, args))]
+        self.entries[key] = [prepared, scalars]
         if len(self.entries) > self.size:
             self.entries.popitem(last=False)
         prepared()

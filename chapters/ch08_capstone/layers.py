@@ -488,6 +488,12 @@ def gather_batch_kernel(images, labels, order, counter, steps_per_epoch, x, targ
             targets[row] = labels[source]
 
 
+def gather_batch(images, labels, order, counter, steps_per_epoch, x, targets, *, stream=0):
+    """x, targets = batch counter[0] % steps_per_epoch of `order` (see gather_batch_kernel)."""
+    _launches.launch(gather_batch_kernel, _elementwise_blocks(x.size), THREADS,
+                     (images, labels, order, counter, np.uint64(steps_per_epoch), x, targets), stream=stream)
+
+
 @cuda.jit
 def end_step_kernel(counter, loss, history):
     """The last launch of a step: keep its loss (history[step % len]) and advance the step counter,
@@ -496,3 +502,7 @@ def end_step_kernel(counter, loss, history):
         step = counter[0]
         history[step % np.uint64(history.size)] = loss[0]
         counter[0] = step + np.uint64(1)
+
+
+def end_step(counter, loss, history, *, stream=0):
+    _launches.launch(end_step_kernel, 1, 32, (counter, loss, history), stream=stream)

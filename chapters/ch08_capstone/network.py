@@ -258,15 +258,15 @@ class Network:
     def update(self, stream=0):
         layers.sgd_momentum(self.params.flat, self.grads.flat, self.velocity.flat, lr=self.lr,
                             momentum=self.momentum, weight_decay=self.weight_decay, stream=stream)
-        layers._launches.launch(layers.end_step_kernel, 1, 32, (self.counter, self.loss, self.history), stream=stream)
+        layers.end_step(self.counter, self.loss, self.history, stream=stream)
 
     def step(self, stream=0):
         """One training step on the next batch of the attached data: 28 wrapper calls, 47 launches
         (on the GPU: the split-K zeroing launches depend on its size), no synchronisation."""
-        images, labels, order = self.data
-        layers._launches.launch(layers.gather_batch_kernel, layers._elementwise_blocks(self.x.size), layers.THREADS,
-                                (images, labels, order, self.counter, np.uint64(self.steps_per_epoch),
-                                 self.x.reshape(self.batch, IMAGE * IMAGE), self.targets), stream=stream)
+        if self.data is None:
+            raise RuntimeError("no training set on the GPU: call attach(images, labels) first")
+        layers.gather_batch(*self.data, self.counter, self.steps_per_epoch, self.x.reshape(self.batch, IMAGE * IMAGE),
+                            self.targets, stream=stream)
         self.forward(stream)
         self.backward(stream)
         self.update(stream)
