@@ -95,6 +95,60 @@ def test_pipeline(shape, blocks, streams, variant):
         assert_close(pipeline.run(a, b, np.zeros_like(a)), k.merge_blur_reference(a, b))
 
 
+CAPTURED = [((1, 1), 1, 1), ((33, 32), 4, 2), ((7, 33), 7, 3), (SHAPES[-1], 5, 4)]
+
+
+@pytest.mark.parametrize("shape, blocks, streams", CAPTURED,
+                         ids=[f"{s[0]}x{s[1]}-{b}blocks-{n}streams" for s, b, n in CAPTURED])
+def test_captured_pipeline(shape, blocks, streams):
+    # The graph of the whole pipeline: each replay recomputes out from what a and b hold then.
+    a, b = images(shape)
+    pinned_a, pinned_b = p.pinned_copy(a), p.pinned_copy(b)
+    out = cuda.pinned_array(shape, dtype=np.uint8)
+    replay = p.Pipeline(*shape, blocks, streams, "2d").graph(pinned_a, pinned_b, out)
+    assert replay.how == ("one cuGraphLaunch" if workbook.ON_GPU else
+                          "simulator: the step's launches, one by one (no graphs)")
+    for _ in range(2):
+        out[...] = 0
+        assert replay() is out
+        assert_close(out, k.merge_blur_reference(pinned_a, pinned_b))
+        pinned_a[...], pinned_b[...] = images(shape, seed=7)  # new data, same buffers
+
+
+@pytest.mark.parametrize("shape, blocks, streams", CAPTURED,
+                         ids=[f"{s[0]}x{s[1]}-{b}blocks-{n}streams" for s, b, n in CAPTURED])
+def test_pipeline_on_a_pinned_pair(shape, blocks, streams):
+    # a and b as the planes of one pinned array: on a GPU one 2-D copy per block moves both.
+    a, b = images(shape)
+    pair_a, pair_b = p.pinned_pair(a, b)
+    assert np.array_equal(pair_a, a) and np.array_equal(pair_b, b)
+    out = cuda.pinned_array(shape, np.uint8)
+    pipeline, expected = p.Pipeline(*shape, blocks, streams, "2d"), k.merge_blur_reference(a, b)
+    out[...] = 0
+    assert_close(pipeline.run(pair_a, pair_b, out), expected, name="run")
+    out[...] = 0
+    assert_close(pipeline.graph(pair_a, pair_b, out)(), expected, name="graph")
+    out[...] = 0
+    timeline = p.Timeline()
+    assert_close(pipeline.run(pair_a, pair_b, out, timeline=timeline), expected, name="run with a timeline")
+    copies_up = sum(kind == "copy up" for _, kind, _, _ in timeline.intervals())
+    assert copies_up == len(pipeline.blocks) * (1 if workbook.ON_GPU else 2)
+    # b before a in memory, or the same image twice: two copies per block, still correct
+    out[...] = 0
+    assert_close(pipeline.run(pair_b, pair_a, out), k.merge_blur_reference(b, a), name="swapped")
+    assert_close(pipeline.run(pair_a, pair_a, out), k.merge_blur_reference(a, a), name="same image")
+
+
+@pytest.mark.skipif(not workbook.ON_GPU, reason="the simulator has no page-locked memory to ask about")
+def test_captured_pipeline_needs_pinned_memory():
+    a, b = images((33, 32))
+    pinned_a, pinned_b, pinned_out = p.pinned_copy(a), p.pinned_copy(b), cuda.pinned_array(a.shape, np.uint8)
+    for args, name in (((a, pinned_b, pinned_out), "a"), ((pinned_a, b, pinned_out), "b"),
+                       ((pinned_a, pinned_b, np.empty_like(a)), "out")):
+        with pytest.raises(ValueError, match=f"{name} is pageable host memory"):
+            p.Pipeline(33, 32, 2, 2).graph(*args)
+
+
 @pytest.mark.parametrize("shape", [(1, 1), (9, 35)], ids=["1x1", "9x35"])
 def test_merge_sequences(shape):
     a, b = images(shape)
@@ -143,6 +197,8 @@ def test_bad_input_is_a_clear_error():
         k.merge(d_a, d_b, cuda.device_array((5, 4), np.uint8))
     with pytest.raises(ValueError, match="shape"):
         k.merge_on_host_arrays(a, b[:3], np.empty_like(a))
+    with pytest.raises(ValueError, match="shape"):
+        p.pinned_pair(a, b[:3])
     with pytest.raises(ValueError, match="dimensions"):
         k.merge_directive(a.reshape(-1), b.reshape(-1))
     with pytest.raises(ValueError, match="empty image"):

@@ -127,10 +127,32 @@ def test_launch_cache_reuses_a_launch_only_for_the_same_live_buffers():
         for out in outs:  # three buffers through a cache of two: evictions
             cache.launch(scale_into_kernel, 2, 32, (x, out), (np.float32(factor),))
             assert_close(out, factor * np.arange(n, dtype=np.float32), exact=True)
-    del outs[0]  # a buffer gone: its entry can never be used again (weak references)
+    del outs[0]  # a buffer freed: a new one may get its address, and the launch kept for that address fits it
     fresh = cuda.device_array(n, np.float32)
     cache.launch(scale_into_kernel, 2, 32, (x, fresh), (np.float32(5.0),))
     assert_close(fresh, 5 * np.arange(n, dtype=np.float32), exact=True)
+
+
+def test_launch_cache_plans_once_per_set_of_buffers():
+    from workbook.launch import LaunchCache
+
+    cache, plans = LaunchCache(size=4), []
+
+    def choose(x, factor, out, variant):  # a wrapper's kernel choice: the arguments in, a launch out
+        plans.append((x.shape, variant))
+        return L.scale_kernel, max(1, -(-x.size // 32)), 32
+
+    values = np.arange(70, dtype=np.float32)
+    x, out = cuda.to_device(values), cuda.device_array(70, np.float32)
+    for factor in (2.0, 3.0):
+        cache.launch_planned(choose, (x, np.float32(factor), out), ("plain",))
+        assert_close(out, factor * values, exact=True)
+    short, short_out = x[:33], cuda.device_array(33, np.float32)  # other buffers: planned again
+    cache.launch_planned(choose, (short, np.float32(1.0), short_out), ("plain",))
+    assert_close(short_out, values[:33], exact=True)
+    # on a GPU the plan runs once per set of buffers; the simulator has no cache and plans per call
+    expected = [((70,), "plain"), ((33,), "plain")]
+    assert plans == (expected if workbook.ON_GPU else expected[:1] * 2 + expected[1:])
 
 
 def test_launch_cache_finds_the_launch_of_a_new_view_of_the_same_memory():

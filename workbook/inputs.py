@@ -28,8 +28,8 @@ def require(array, name, *, dtype=None, shape=None, ndim=None, device=True):
     elif not isinstance(array, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array, not {type(array).__name__}")
     if dtype is not None:
-        accepted = tuple(np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
-        if np.dtype(array.dtype) not in accepted:
+        accepted = _dtypes(dtype)
+        if array.dtype not in accepted:
             names = " or ".join(str(d) for d in accepted)
             raise TypeError(f"{name} has dtype {np.dtype(array.dtype)}, expected {names}")
     if ndim is not None and array.ndim != ndim:
@@ -39,6 +39,13 @@ def require(array, name, *, dtype=None, shape=None, ndim=None, device=True):
     if not _contiguous(array):
         raise ValueError(f"{name} must be C-contiguous")
     return array
+
+
+@lru_cache(maxsize=None)
+def _dtypes(dtype):
+    """The accepted dtypes as a tuple of np.dtype, built once per spelling (a wrapper's checks run
+    at every call: chapter 07 counts their cost)."""
+    return tuple(np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
 
 
 def _contiguous(array):

@@ -196,6 +196,7 @@ class LaunchCache:
 
         _cache = LaunchCache()
         _cache.launch(kernel, blocks, threads, (x, y, mask, threshold, scale), stream=stream)
+        _cache.launch_planned(choose, (x, out), options)  # choose(x, out, *options) -> kernel, grid, block
 
     The arguments are the kernel's, device arrays and scalars in any order. An entry is keyed by
     the kernel, the configuration, the stream, each array's device address, shape, strides and
@@ -223,13 +224,25 @@ class LaunchCache:
 
     def launch(self, kernel, blocks, threads, args, scalars=(), stream=0):
         """Launch kernel[blocks, threads, stream](*args, *scalars), prepared once per signature."""
-        args = (*args, *scalars)
+        config = (kernel, blocks, threads)
+        self._launch(config, lambda: config, (*args, *scalars), stream)
+
+    def launch_planned(self, plan, args, options=(), stream=0):
+        """Launch the kernel that `plan(*args, *options)` picks, as (kernel, blocks, threads), on
+        args. The plan must depend only on what the key holds (the arrays' shapes, dtypes and
+        addresses, the scalars' types) and on the options: it is worked out on the first call
+        with these buffers, not at every call."""
+        self._launch((plan, options), lambda: plan(*args, *options), args, stream)
+
+    def _launch(self, what, plan, args, stream):
+        """what: the head of the key; plan(): (kernel, blocks, threads), called on a miss only."""
         if not ON_GPU:
+            kernel, blocks, threads = plan()
             kernel[blocks, threads, stream](*args)
             return
         signature = tuple(map(self._signature, args))
         scalars = tuple(a if isinstance(kind, type) else None for kind, a in zip(signature, args))  # arrays: None
-        key = (kernel, blocks, threads, signature, int(stream_handle(stream)) if stream else 0)
+        key = (what, signature, int(stream_handle(stream)) if stream else 0)
         entry = self.entries.get(key)
         if entry is not None:
             prepared, last = entry
@@ -240,6 +253,7 @@ class LaunchCache:
             self.entries.move_to_end(key)
             prepared()
             return
+        kernel, blocks, threads = plan()
         prepared = PreparedLaunch(kernel, blocks, threads, *args, stream=stream, keep_args=False)
         self.entries[key] = [prepared, scalars]
         if len(self.entries) > self.size:

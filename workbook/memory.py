@@ -59,9 +59,10 @@ def aligned(array, bytes_=None):
     a device array on a GPU, a simulator device array, or a NumPy array."""
     itemsize = np.dtype(array.dtype).itemsize
     bytes_ = bytes_ or WIDTH * itemsize
-    interface = getattr(array, "__cuda_array_interface__", None)
-    if interface is not None and MODE == "gpu":
-        address = interface["data"][0] or 0
+    if MODE == "gpu" and hasattr(array, "device_ctypes_pointer"):  # numba's device arrays
+        address = array.device_ctypes_pointer.value or 0  # 0.1 us; the interface's dict costs 2 (ch07)
+    elif MODE == "gpu" and hasattr(array, "__cuda_array_interface__"):  # torch, CuPy
+        address = array.__cuda_array_interface__["data"][0] or 0
     else:
         host = getattr(array, "_ary", array)
         address = np.asarray(host).__array_interface__["data"][0]

@@ -128,9 +128,15 @@ workbook.show(k.blur_tile_kernel)
 # the same time. Each block copies one row of halo above and below, since the blur of its edge
 # rows needs them. The host arrays must be **pinned** (page-locked): the driver copies pageable
 # memory through a staging buffer with the CPU, and such a copy cannot overlap anything.
+#
+# Every copy costs the bus a few microseconds on top of its bytes, so the two images live in one
+# pinned array (`pinned_pair`): b starts a fixed distance after a, and one 2-D copy (two "rows",
+# one from each image, that distance apart) brings a block of both up. `run` queues the work and
+# waits; `_issue` is the queueing.
 
 # %%
 workbook.show(p.Pipeline.run)
+workbook.show(p.Pipeline._issue)
 
 # %% [markdown]
 # ## Check first
@@ -151,8 +157,7 @@ for shape in check_shapes:
     for variant in ("2d", "tile"):
         workbook.assert_close(p.merge_blur_data_region(a, b, variant), expected, name=f"region {variant} {shape}")
     blocks = min(shape[0], 5)
-    out = p.Pipeline(*shape, blocks, 2, "tile").run(p.pinned_copy(a), p.pinned_copy(b),
-                                                  cuda.pinned_array(shape, np.uint8))
+    out = p.Pipeline(*shape, blocks, 2, "tile").run(*p.pinned_pair(a, b), cuda.pinned_array(shape, np.uint8))
     workbook.assert_close(out, expected, name=f"pipeline {blocks} blocks {shape}")
 print("every variant agrees with NumPy at", check_shapes)
 
@@ -168,7 +173,7 @@ height, width = workbook.size(gpu=(8192, 8192), sim=(24, 37))
 pixels = height * width
 image_a = rng.integers(0, 256, (height, width), dtype=np.uint8)
 image_b = rng.integers(0, 256, (height, width), dtype=np.uint8)
-pinned_a, pinned_b = p.pinned_copy(image_a), p.pinned_copy(image_b)
+pinned_a, pinned_b = p.pinned_pair(image_a, image_b)  # the two planes of one pinned array (Rung 4)
 pinned_out = cuda.pinned_array((height, width), np.uint8)
 print(f"{height} x {width} = {pixels:,} pixels, {pixels:,} bytes per image")
 
@@ -296,9 +301,9 @@ chapter.bar("shared-memory blur vs 2-D blur (kernel time, 64 MP)",
 # %% [markdown]
 # ## What a call from Python costs
 #
-# A pipeline block is five calls from Python (two copies up, two kernels, one copy down). Each is
-# asynchronous, but issuing it costs the host some microseconds; if a block's calls take longer to
-# issue than the GPU takes to run them, the host sets the pace. Measured here on 1-row blocks, so
+# A pipeline block is four or five calls from Python (one or two copies up, two kernels, one copy
+# down). Each is asynchronous, but issuing it costs the host some microseconds; if a block's calls
+# take longer to issue than the GPU takes to run them, the host sets the pace. Measured here on 1-row blocks, so
 # that the GPU work is negligible. numba's `DeviceNDArray.copy_to_device` checks shapes and builds
 # array views at every call; the pipeline checks once and calls the driver's copy functions.
 
@@ -313,40 +318,67 @@ for name, us in host_costs.items():
     print(f"{name:<40} {us:8.1f} us per call" + ("" if workbook.ON_GPU else "  (simulator: meaningless)"))
 
 # %% [markdown]
+# ## What a copy costs the bus
+#
+# The copy engine also charges per copy: 128 MiB of pinned memory up in 1 to 256 equal copies,
+# back to back on one stream (GPU time). What grows with the count is the per-copy cost; it is
+# why the pipeline moves both images of a block in one 2-D copy.
+
+# %%
+copy_pieces = [1, 16, 64, 128, 256]
+split_ms = p.split_copy_ms(workbook.size(gpu=128 << 20, sim=1 << 10), copy_pieces)
+if workbook.ON_GPU:
+    for count, ms in split_ms.items():
+        extra_us = (ms - split_ms[1]) * 1e3 / max(count - 1, 1)
+        print(f"128 MiB in {count:3d} copies: {ms:.3f} ms" + (f"  (+{extra_us:.1f} us per extra copy)" if count > 1 else ""))
+    chapter.cases.append({"key": "bus cost per copy", "size": "128 MiB up, pinned", "ceiling": None, "rows": [
+        {"variant": f"{count} copies", "kind": "copy", "correct": None, "median_ms": ms, "p25_ms": None,
+         "p75_ms": None, "repeats": 7, "bytes": 128 << 20, "flops": None, "gbps": (128 << 20) / ms / 1e6,
+         "tflops": None, "fraction_of_ceiling": None} for count, ms in split_ms.items()]})
+else:
+    chapter.show_stored("bus cost per copy")  # the H100's, from results/
+
+# %% [markdown]
 # ## A sweep: how many blocks?
 #
 # More blocks shorten the pipeline's fill and drain (the first block's copy up and the last one's
-# copy down, which overlap nothing), but each block costs five calls from Python: with too many,
-# the host cannot issue work as fast as the GPU finishes it. The launches are prepared once per
-# block (`PreparedLaunch`, chapter 07: ~8 us of host each instead of ~40), and the copies go
-# straight to the driver (`cuMemcpyHtoDAsync` on addresses computed once), so even 64 blocks (320
-# calls) mostly stay ahead of the GPU: on the H100 64 blocks took 1.09-1.18x the best count's time
-# over three runs (with plain numba launches: 7.5 ms against 2.9, 2.6x). What is left is partly
-# the bus's own per-copy cost (192 copies of 0.5-1 MB) and partly run-to-run noise of a few percent. The sweep picks the block count used
+# copy down, which overlap nothing), but each block costs the host four calls from Python (one 2-D
+# copy up, two launches, one copy down) and the bus three copies' worth of set-up (~2.5 us each,
+# above). The launches are prepared once per block (`PreparedLaunch`, chapter 07: ~8 us of host
+# each instead of ~40) and the copies go straight to the driver on addresses computed once, so even
+# 64 blocks (256 calls) stay ahead of the GPU. The sweep also replays each pipeline as **one CUDA
+# graph** (`Pipeline.graph`, chapter 07's `StepGraph` with the four streams forked from and joined
+# to the capturing one): the host then pays one launch per run, and what is left at 64 blocks is
+# the bus's per-copy cost. On the H100: 64 blocks took 1.09x the best count's time from Python and
+# 1.07x as a graph (before the 2-D copy, with two copies up per block: 1.09-1.18x over three runs;
+# with plain numba launches, 2.6x). The sweep picks the block count used
 # below (on a GPU; the simulator uses 3).
 
 # %%
 sweep_blocks = workbook.size(gpu=[1, 2, 4, 6, 8, 12, 16, 24, 32, 64], sim=[1, 2, 3])
 pipeline_streams = 4
 expected = k.merge_blur_reference(image_a, image_b)
-sweep_ms = []
+sweep_ms, graph_ms = [], []
 for blocks in sweep_blocks:
     pipeline = p.Pipeline(height, width, blocks, pipeline_streams, "2d")
     result = chapter.compare(
         f"pipeline sweep, {blocks} blocks",
-        {"pipelined": lambda: pipeline.run(pinned_a, pinned_b, pinned_out)},
+        {"pipelined": lambda: pipeline.run(pinned_a, pinned_b, pinned_out),
+         "pipelined, one graph": pipeline.graph(pinned_a, pinned_b, pinned_out)},
         reference=expected,
         repeats=10, size=f"{height}x{width} uint8, {blocks} blocks, {min(blocks, pipeline_streams)} streams",
         show=False,
     )
     sweep_ms.append(result["pipelined"].median_ms)
+    graph_ms.append(result["pipelined, one graph"].median_ms)
 pipeline_blocks = sweep_blocks[int(np.argmin(sweep_ms))] if workbook.ON_GPU else 3
 print(f"pipeline used below: {pipeline_blocks} blocks on {pipeline_streams} streams")
 
 if workbook.ON_GPU:
     up_ms = 2 * pixels / (up_rate * 1e9) * 1e3
     down_ms = pixels / (down_rate * 1e9) * 1e3
-    figure = plots.sweep(sweep_blocks, {f"pipelined, {pipeline_streams} streams": sweep_ms},
+    figure = plots.sweep(sweep_blocks, {f"pipelined, {pipeline_streams} streams": sweep_ms,
+                                        f"pipelined, {pipeline_streams} streams, one graph": graph_ms},
                          xlabel="row blocks", ylabel="ms, end to end (lower is better)",
                          title="merge + blur of 8192 x 8192, pinned memory")
     axes = figure.axes[0]
@@ -354,10 +386,12 @@ if workbook.ON_GPU:
     axes.axhline(max(up_ms, down_ms), linestyle=":", color="tab:green", label="bus bound, overlapped")
     axes.legend()
     chapter.savefig(figure, "blocks_sweep")
-    for blocks, ms in zip(sweep_blocks, sweep_ms):
-        print(f"{blocks:3d} blocks: {ms:.2f} ms")
+    for blocks, ms, graph in zip(sweep_blocks, sweep_ms, graph_ms):
+        print(f"{blocks:3d} blocks: {ms:.2f} ms from Python, {graph:.2f} ms as one graph")
     chapter.bar("pipeline at 64 blocks / at its best block count (end to end)",
                 sweep_ms[sweep_blocks.index(64)] / min(sweep_ms), at_most=1.10)
+    chapter.bar("pipeline as one graph at 64 blocks / at its best block count (end to end)",
+                graph_ms[sweep_blocks.index(64)] / min(graph_ms), at_most=1.10)
 else:
     print("simulator: the sweep ran and was checked at", sweep_blocks, "blocks; the plot needs a GPU's times.")
     chapter.show_stored_figure("blocks_sweep")  # the same plot, measured on the H100
@@ -451,15 +485,17 @@ for name, spans in timelines.items():
 #   per pixel going up, plus the fill and drain of one block. With the kernels this short, that caps
 #   the gain near (2 + 1) / 2 = 1.5x, less whatever the two directions lose by sharing the link and
 #   host memory (the "both ways at once" row says how much).
-# - **The host is part of the pipeline.** Each block costs five calls from Python ("What a call
-#   costs" above). Few blocks leave a long fill and drain; many blocks make the host the bottleneck:
-#   in the timeline's last panel the streams no longer overlap, each operation waiting for the
-#   host to issue it. The sweep's minimum sits where the two costs meet; in the stored H100 results
-#   it is a broad floor a little above the overlapped bus bound, and the time jumps at 64 blocks by
-#   more than the per-call costs above add up to (we have not pinned down the rest of that cost).
-#   The first version of this chapter used numba's `copy_to_device`/`copy_to_host` in the pipeline;
-#   they cost the host about 20x more per call than the driver functions (see "What a call costs"),
-#   enough that 16 blocks ran *slower* than the serial version. Measure the host too.
+# - **The host is part of the pipeline.** Each block costs four calls from Python ("What a call
+#   costs" above). Few blocks leave a long fill and drain; many blocks add calls for the host and
+#   copies for the bus. The sweep's minimum sits where these costs meet, a broad floor a little
+#   above the overlapped bus bound. At 64 blocks the timed run stays within 10% of it, but the
+#   timeline's last panel, which adds two events per operation, is host-bound: the streams no
+#   longer overlap, each operation waiting for the host to issue it. That is what an uninstrumented
+#   run looked like with numba's `copy_to_device`/`copy_to_host`, which cost the host about 20x more
+#   per call than the driver functions: 16 blocks ran *slower* than the serial version. What was
+#   left at 64 blocks once the host kept up was the bus: ~2.5 us per copy ("What a copy costs the
+#   bus"), 0.3 ms for 128 copies up; one 2-D copy per block halved it. Measure the host, and count
+#   the copies.
 # - **2-D grid vs tile.** The 2-D blur's 9 loads per pixel mostly hit L1 (each byte is used by 9
 #   threads of nearby warps); what it pays is instructions: 9 two-dimensional index computations,
 #   clamps and loads per pixel. The tile replaces them by 1.10 global and 3.75 shared loads per
@@ -500,8 +536,9 @@ exercises.show("ch05.4")
 # 1. Merge four bytes at a time: view the images as `uint32` and use `(a | b) - (((a ^ b) >> 1) & 0x7F7F7F7F)`,
 #    which is the byte-wise `(a + b + 1) >> 1` without unpacking. Does the merge kernel get faster? Does
 #    anything end to end?
-# 2. Put a and b in one pinned array of shape `(height, 2, width)` so that each block needs one copy
-#    up instead of two. What happens to the sweep at 64 blocks?
+# 2. Interleave a and b as one pinned array of shape `(height, 2, width)`: a block of both is then
+#    one contiguous 1-D copy, but the kernels read rows with a stride. Against the 2-D copy of two
+#    planes, what changes in the sweep at 64 blocks, and in the kernels' time?
 # 3. Run the pipeline with 1, 2, 3 and 8 streams at 16 blocks. Predict from the timeline first.
 # 4. Fuse merge and blur into one kernel that reads a and b with the halo. Which figure in this
 #    chapter changes, and which cannot?

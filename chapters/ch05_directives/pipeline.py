@@ -14,7 +14,7 @@ from numba.cuda.cudadrv import driver  # the simulator has the same two copy fun
 
 from workbook import ON_GPU
 from workbook.inputs import require
-from workbook.launch import PreparedLaunch, stream_handle
+from workbook.launch import PreparedLaunch, StepGraph, stream_handle
 
 from . import kernels as k
 
@@ -136,15 +136,17 @@ class Pipeline:
         streams = min(streams, blocks)
         self.streams = [cuda.stream() for _ in range(streams)]
         # Per stream, reused by every block of that stream (work in one stream runs in order).
-        buffers = [{"a": cuda.device_array((block_rows + 2, width), np.uint8),
-                    "b": cuda.device_array((block_rows + 2, width), np.uint8),
+        # a and b are the two planes of one buffer, so that one 2-D copy can fill both (run()).
+        buffers = [{"ab": cuda.device_array((2, block_rows + 2, width), np.uint8),
                     "merged": cuda.device_array((block_rows + 2, width), np.uint8),
                     "out": cuda.device_array((block_rows, width), np.uint8)} for _ in self.streams]
         self.blocks = []
+        self._max_pitch = cuda.get_current_device().MAX_PITCH if ON_GPU else None  # for run()'s 2-D copies
         for index, r0 in enumerate(range(0, height, block_rows)):
             r1 = min(r0 + block_rows, height)
             s0, s1 = max(r0 - 1, 0), min(r1 + 1, height)  # rows to copy up: the block and its halo
             buffer, n = buffers[index % streams], (s1 - s0) * width
+            buffer["a"], buffer["b"] = buffer["ab"][0], buffer["ab"][1]
             stream = self.streams[index % streams]
             self.blocks.append({
                 "stream": stream, "lane": index % streams, "rows": (r0, r1), "halo_rows": (s0, s1),
@@ -164,6 +166,8 @@ class Pipeline:
                 block["handle"] = stream_handle(stream)
                 for name in ("a", "b", "out"):
                     block[f"{name}_ptr"] = block[f"{name}_flat"].__cuda_array_interface__["data"][0]
+                # rows s0..s1 of both images in one copy, when they are planes of one host array
+                block["pair_copy"] = _pair_copy(block["a_ptr"], block["b_ptr"] - block["a_ptr"], n)
             block["merge"] = PreparedLaunch(k.merge_kernel, k.merge_blocks(n), k.THREADS_PER_BLOCK,
                                             block["a_flat"], block["b_flat"], block["merged_flat"], stream=stream)
             block["blur"] = PreparedLaunch(k.BLUR_KERNELS[variant], k.blur_grid(r1 - r0, width, variant == "tile"),
@@ -172,9 +176,26 @@ class Pipeline:
 
     def run(self, a, b, out, timeline=None):
         """out <- blur(merge(a, b)); a, b, out host arrays (pinned for overlap). Returns out."""
-        a = require(a, "a", dtype=np.uint8, shape=self.shape, device=False)
-        b = require(b, "b", dtype=np.uint8, shape=self.shape, device=False)
-        out = require(out, "out", dtype=np.uint8, shape=self.shape, device=False)
+        a, b, out = self._check(a, b, out)
+        self._issue(a, b, out, timeline)
+        for stream in self.streams:
+            stream.synchronize()
+        return out
+
+    def graph(self, a, b, out):
+        """The whole pipeline for these host arrays, captured once as a CUDA graph: calling the
+        result replays every block's copies and kernels, all streams, in one cuGraphLaunch, and
+        returns out. The graph holds the arrays' addresses: new arrays need a new graph."""
+        return CapturedPipeline(self, *self._check(a, b, out))
+
+    def _check(self, a, b, out):
+        return (require(a, "a", dtype=np.uint8, shape=self.shape, device=False),
+                require(b, "b", dtype=np.uint8, shape=self.shape, device=False),
+                require(out, "out", dtype=np.uint8, shape=self.shape, device=False))
+
+    def _issue(self, a, b, out, timeline=None):
+        """Queue every block's copies and kernels on its stream; no synchronisation (a graph
+        captures exactly this)."""
 
         def step(operation, *args, _kind, **kwargs):
             if timeline is None:
@@ -183,7 +204,7 @@ class Pipeline:
                 timeline.run(lane, _kind, stream, operation, *args, **kwargs)
 
         # The copies skip DeviceNDArray.copy_to_device, which re-checks shapes and builds array views
-        # at every call (~100 us from Python on the H100 host): with 5 calls per block the host,
+        # at every call (~100 us from Python on the H100 host): with 4-5 calls per block the host,
         # not the bus, would set the pace. On a GPU they are cuMemcpy*Async calls on addresses
         # computed once (a few us each); in the simulator, numba's driver functions on the views.
         # The shapes were checked above and in __init__.
@@ -191,11 +212,21 @@ class Pipeline:
         if ON_GPU:
             up, down = _copy_up, _copy_down
             a_src, b_src, out_dst = (array.ctypes.data for array in (a_flat, b_flat, out_flat))
+            # The bus charges ~3 us per copy on top of the bytes (measured: 128 MiB up in 128 copies
+            # takes 0.36 ms longer than in one). When a and b are the two planes of one host array
+            # (pinned_pair), b sits a fixed distance after a, and one 2-D copy (2 rows of a block's
+            # bytes, that distance apart) moves both: one copy per block instead of two.
+            # (Same base: one allocation. The distance must not overlap a row, nor pass the largest
+            # pitch the driver takes, asked once in __init__.)
+            pitch = b_src - a_src if a.base is not None and a.base is b.base else 0
+            pitch = pitch if a.nbytes <= pitch <= self._max_pitch else None
         for block in self.blocks:
             stream, lane = block["stream"], block["lane"]
             (up0, up1), (down0, down1) = block["up"], block["down"]
             # 2 bytes per pixel (plus halo rows) up
-            if ON_GPU:
+            if ON_GPU and pitch:
+                step(_copy_up_pair, block["pair_copy"], a_src + up0, pitch, block["handle"], _kind="copy up")
+            elif ON_GPU:
                 step(up, block["a_ptr"], a_src + up0, up1 - up0, block["handle"], _kind="copy up")
                 step(up, block["b_ptr"], b_src + up0, up1 - up0, block["handle"], _kind="copy up")
             else:
@@ -212,9 +243,57 @@ class Pipeline:
             else:
                 step(driver.device_to_host, out_flat[down0:down1], block["out_flat"], down1 - down0,
                      stream=stream, _kind="copy down")
-        for stream in self.streams:
-            stream.synchronize()
-        return out
+
+
+class CapturedPipeline:
+    """A Pipeline's run for one set of host arrays as one CUDA graph (chapter 07's StepGraph).
+
+    A capture records the work queued on one stream; the pipeline's streams join it the way CUDA's
+    programming guide describes (fork: they wait for an event recorded on the capturing stream;
+    join: the capturing stream waits for an event recorded on each of them), so the graph keeps
+    their independence: copies of one block overlap kernels of another, as in run(). Replayed, the
+    host pays one cuGraphLaunch instead of four or five calls per block. In the simulator the step runs
+    its calls one by one (`.how` says so).
+    """
+
+    def __init__(self, pipeline, a, b, out):
+        self.out, self._host_arrays = out, (a, b, out)  # the graph copies from/to these addresses
+        # events for ordering only (the simulator's take no arguments)
+        fork, *joins = [cuda.event(timing=False) if ON_GPU else cuda.event() for _ in range(1 + len(pipeline.streams))]
+
+        def step(stream):
+            fork.record(stream)
+            for other in pipeline.streams:
+                fork.wait(other)
+            pipeline._issue(a, b, out)
+            for other, join in zip(pipeline.streams, joins):
+                join.record(other)
+                join.wait(stream)
+
+        for name, array in (("a", a), ("b", b), ("out", out)):
+            # The driver captures a copy from pageable memory without complaint, but a graph's copy
+            # node is a DMA transfer: only page-locked memory is safe to replay.
+            if not _is_pinned(array):
+                raise ValueError(f"{name} is pageable host memory: a captured pipeline copies from and to "
+                                 "pinned memory only (cuda.pinned_array, or pinned_copy(array))")
+        self._graph = StepGraph(step)
+        self.how = self._graph.how
+
+    def __call__(self):
+        self._graph()
+        self._graph.stream.synchronize()
+        return self.out
+
+
+def _is_pinned(array):
+    """Is this host array page-locked? Asks the driver (True in the simulator, which has no DMA)."""
+    if not ON_GPU:
+        return True
+    from cuda.bindings import driver as cu
+
+    error, kind = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                           array.ctypes.data)
+    return int(error) == 0 and kind == cu.CUmemorytype.CU_MEMORYTYPE_HOST
 
 
 def _copy_up(device, host, nbytes, stream):
@@ -231,6 +310,39 @@ def _copy_down(host, device, nbytes, stream):
     error, = cu.cuMemcpyDtoHAsync(host, device, nbytes, stream)
     if error:
         raise RuntimeError(f"cuMemcpyDtoHAsync failed: {error!r}")
+
+
+def _pair_copy(device, device_pitch, nbytes):
+    """The driver's description of a 2-D copy of `nbytes` from each of two host planes to two
+    device planes `device_pitch` bytes apart; the host side is filled in per run (_copy_up_pair).
+    Built once per block: making one costs the host ~30 us, filling two of its fields ~1."""
+    from cuda.bindings import driver as cu
+
+    copy = cu.CUDA_MEMCPY2D()
+    copy.srcMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_HOST
+    copy.dstMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    copy.dstDevice, copy.dstPitch = device, device_pitch
+    copy.WidthInBytes, copy.Height = nbytes, 2
+    return copy
+
+
+def _copy_up_pair(copy, host, host_pitch, stream):
+    from cuda.bindings import driver as cu
+
+    copy.srcHost, copy.srcPitch = host, host_pitch
+    error, = cu.cuMemcpy2DAsync(copy, stream)
+    if error:
+        raise RuntimeError(f"cuMemcpy2DAsync failed: {error!r}")
+
+
+def pinned_pair(a, b):
+    """Page-locked copies of two images of one shape as the two planes of one (2, H, W) array,
+    returned as (a, b): a Pipeline then moves a block of both images with one copy instead of two."""
+    a = require(a, "a", dtype=np.uint8, ndim=2, device=False)
+    b = require(b, "b", dtype=np.uint8, shape=a.shape, device=False)
+    pair = cuda.pinned_array((2, *a.shape), dtype=np.uint8)
+    pair[0], pair[1] = a, b
+    return pair[0], pair[1]
 
 
 def pinned_copy(array):
@@ -276,6 +388,31 @@ def draw_timelines(timelines, title=""):
 
 # ---------------------------------------------------------------------------------------------
 # What one call from Python costs the host
+
+
+def split_copy_ms(nbytes, pieces, repeats=7):
+    """{pieces: GPU ms} to copy nbytes of pinned host memory up in that many equal copies, one
+    stream, back to back (CUDA events, median of `repeats`): what the bus charges per copy beyond
+    its bytes. Meaningless in the simulator (None there)."""
+    if not ON_GPU:
+        return {count: None for count in pieces}
+    host, device = cuda.pinned_array(nbytes, np.uint8), cuda.device_array(nbytes, np.uint8)
+    source, target = host.ctypes.data, device.__cuda_array_interface__["data"][0]
+    stream = cuda.stream()
+    handle, times = stream_handle(stream), {}
+    for count in pieces:
+        size = nbytes // count
+        samples = []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            start, end = cuda.event(), cuda.event()
+            start.record(stream)
+            for piece in range(count):
+                _copy_up(target + piece * size, source + piece * size, size, handle)
+            end.record(stream)
+            end.synchronize()
+            samples.append(cuda.event_elapsed_time(start, end))
+        times[count] = float(np.median(samples[1:]))
+    return times
 
 
 def host_cost_us(width, calls):

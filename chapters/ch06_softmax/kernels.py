@@ -683,6 +683,7 @@ def _width(ncols, *arrays):
     return width if ncols % width == 0 and all(aligned(a, 16) for a in arrays) else 1
 
 
+@lru_cache(maxsize=256)  # a pure function of the shape: worked out once, not at every call
 def _row_plan(name, rows, ncols, width=1):
     """(kernel, blocks, threads) of row_kernels' `name`: a warp per row up to WARP_ROW_MAX columns,
     a block of ROW_THREADS per row above; `width` columns per access."""
@@ -713,8 +714,8 @@ def softmax(x, out, *, registers=True, wide=True):
     wherever the rows allow them (`_width`); wide=False: element by element, the chapter's
     earlier kernels."""
     x, out = _softmax_args(x, out)
-    kernel, blocks, threads = _softmax_plan(x, out, registers, wide)
-    _launches.launch(kernel, blocks, threads, (x, out))  # prepared once per pair of buffers (chapter 07)
+    # kernel choice, grid and argument packing done once per pair of buffers (chapter 07)
+    _launches.launch_planned(_softmax_plan, (x, out), (registers, wide))
     return out
 
 
@@ -732,7 +733,11 @@ def prepare_softmax(x, out, *, registers=True, wide=True):
 def _softmax_plan(x, out, registers, wide):
     """(kernel, blocks, threads) for softmax of checked x into out."""
     rows, ncols = x.shape
-    width = _width(ncols, x, out) if wide else 1
+    return _softmax_plan_for(rows, ncols, _width(ncols, x, out) if wide else 1, registers)
+
+
+@lru_cache(maxsize=256)  # a pure function of the shape and width: worked out once, not at every call
+def _softmax_plan_for(rows, ncols, width, registers):
     if ncols <= WARP_ROW_MAX and registers:
         slots = _slots(ncols)
         # fewer columns than one 16-byte access per lane (slots < width): element by element
