@@ -171,3 +171,19 @@ def test_any_wrong_bit_is_found_and_named(bits, data):
     word, bit = divmod(flipped, 32)
     with pytest.raises(CheckError, match=rf"first wrong bit is element {flipped} \(word {word}, bit {bit}\)"):
         assert_bitmask(words, bits)
+
+
+def test_plots_draw_what_they_are_given():
+    from workbook import plots
+
+    figure = plots.bars({"plain launch": 34.0, "prepared": 8.5, "graph, per kernel": 1.2}, xlabel="us")
+    bars = figure.axes[0].patches
+    assert [round(bar.get_width(), 1) for bar in bars] == [34.0, 8.5, 1.2]
+    assert [label.get_text() for label in figure.axes[0].get_yticklabels()] == ["plain launch", "prepared",
+                                                                                 "graph, per kernel"]
+    # sweep into a panel of an existing figure: the lines land there, None points are skipped
+    panels = plots.plt.subplots(1, 2)[1]
+    drawn = plots.sweep([1, 2, 4], {"a": [1.0, None, 3.0], "b": [2.0, 2.0, 2.0]}, axes=panels[1])
+    assert drawn is panels[1].figure and not panels[0].lines
+    assert [list(line.get_xdata()) for line in panels[1].lines] == [[1, 4], [1, 2, 4]]
+    plots.plt.close("all")

@@ -10,12 +10,16 @@ if not os.environ.get("DISPLAY") and "ipykernel" not in matplotlib.get_backend()
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def sweep(sizes, series, *, ceiling=None, xlabel="elements", ylabel="GB/s", title="", logy=False):
+def sweep(sizes, series, *, ceiling=None, xlabel="elements", ylabel="GB/s", title="", logy=False, axes=None):
     """One line per variant over a size sweep, and the copy ceiling as a dashed line.
 
-    sizes: x values; series: {name: y values}, None where a variant was not run.
+    sizes: x values; series: {name: y values}, None where a variant was not run; axes: draw into
+    this panel of an existing figure instead of a new one.
     """
-    figure, axes = plt.subplots(figsize=(7, 4))
+    if axes is None:
+        figure, axes = plt.subplots(figsize=(7, 4))
+    else:
+        figure = axes.figure
     for name, values in series.items():
         points = [(x, y) for x, y in zip(sizes, values) if y is not None]
         if points:
@@ -30,4 +34,19 @@ def sweep(sizes, series, *, ceiling=None, xlabel="elements", ylabel="GB/s", titl
     axes.set_title(title)
     axes.grid(True, alpha=0.3)
     axes.legend()
+    return figure
+
+
+def bars(values, *, xlabel="", title=""):
+    """A horizontal bar per entry of {label: value}, the value printed at its end."""
+    figure, axes = plt.subplots(figsize=(7, 0.8 + 0.35 * len(values)))
+    labels, heights = list(values), list(values.values())
+    axes.barh(labels, heights, color="tab:blue")
+    for row, value in enumerate(heights):
+        axes.text(value, row, f" {value:.1f}", va="center", fontsize=8)
+    axes.invert_yaxis()  # the first entry on top
+    axes.set_xlabel(xlabel)
+    axes.set_title(title)
+    axes.grid(True, axis="x", alpha=0.3)
+    figure.tight_layout()
     return figure

@@ -210,39 +210,75 @@ if workbook.ON_GPU and torch is not None:
 # %% [markdown]
 # ## When is a kernel launch-bound?
 #
-# Chapter 01's optimized forward kernel (16-byte quads) at growing sizes: its GPU time against the
-# host cost of its wrapper and of its prepared launch (`prepare_relu_mask_quads`: the wrapper's
-# checks and grid, done once). Below the crossing, a loop of calls runs at the host's pace.
+# The optimized kernels of chapters 01, 02 and 06 at growing sizes: each one's GPU time against
+# the host cost of its wrapper and of its prepared launch (the wrapper's checks and grid, done
+# once). Below the crossing, a loop of calls runs at the host's pace, whatever the kernel.
 
 # %%
-sweep_sizes = workbook.size(gpu=[1 << p for p in range(12, 27, 2)], sim=[64, 256])
-series = {"GPU time (us)": [], "wrapper host cost (us)": [], "prepared launch host cost (us)": []}
-for size in sweep_sizes:
-    sx = cuda.to_device(rng.standard_normal(size).astype(np.float32))
-    sy, smask = cuda.device_array_like(sx), cuda.device_array(relu.mask_words(size), np.uint32)
-    relu.relu_mask_quads(sx, sy, smask)
-    prepared = relu.prepare_relu_mask_quads(sx, sy, smask)
-    result = chapter.compare(
-        "relu forward: GPU time vs host cost",
-        {"wrapper": lambda: relu.relu_mask_quads(sx, sy, smask), "prepared": prepared},
-        reference=lambda: relu.relu_mask_reference(sx.copy_to_host()),
-        check=lambda out, ref, name: workbook.assert_close(out, ref, exact=True, name=name),
-        poison_outputs=False, size=f"n={size:,}", repeats=20, show=False,
-    )
-    rows = {row["variant"]: row for row in chapter.cases[-1]["rows"]}
-    series["GPU time (us)"].append(rows["wrapper"]["median_ms"] * 1e3 if workbook.ON_GPU else None)
-    series["wrapper host cost (us)"].append(rows["wrapper"]["host_us"])
-    series["prepared launch host cost (us)"].append(rows["prepared"]["host_us"])
+
+
+def launch_bound_sweep(title, sizes, make):
+    """make(size) -> (wrapper, prepared, reference, check); the three series of the plot, one
+    compare() per size (checked there, GPU time and host cost measured together)."""
+    series = {"GPU time (us)": [], "wrapper host cost (us)": [], "prepared launch host cost (us)": []}
+    for size in sizes:
+        wrapper, prepared, reference, check = make(size)
+        chapter.compare(title, {"wrapper": wrapper, "prepared": prepared}, reference=reference, check=check,
+                        poison_outputs=False, size=f"{size:,} elements", repeats=20, show=False)
+        rows = {row["variant"]: row for row in chapter.cases[-1]["rows"]}
+        series["GPU time (us)"].append(rows["wrapper"]["median_ms"] * 1e3 if workbook.ON_GPU else None)
+        series["wrapper host cost (us)"].append(rows["wrapper"]["host_us"])
+        series["prepared launch host cost (us)"].append(rows["prepared"]["host_us"])
+    return series
+
+
+def exact(out, ref, name):
+    workbook.assert_close(out, ref, exact=True, name=name)
+
+
+def relu_at(size):
+    x = cuda.to_device(rng.standard_normal(size).astype(np.float32))
+    y, mask = cuda.device_array_like(x), cuda.device_array(relu.mask_words(size), np.uint32)
+    return (lambda: relu.relu_mask_quads(x, y, mask), relu.prepare_relu_mask_quads(x, y, mask),
+            lambda: relu.relu_mask_reference(x.copy_to_host()), exact)
+
+
+def dropout_at(size):
+    x = cuda.to_device(rng.standard_normal(size).astype(np.float32))
+    y, mask = cuda.device_array_like(x), cuda.device_array(-(-size // 32), np.uint32)
+    step = dropout.prepare_dropout_bitmask(x, 0.1, 42, y, mask)
+    return (lambda: dropout.dropout_bitmask(x, 0.1, 42, 0, y, mask), lambda: step(0),
+            lambda: dropout.dropout_reference(x.copy_to_host(), 0.1, 42, 0), exact)
+
+
+def softmax_at(size):
+    x = cuda.to_device(rng.standard_normal((size // 1024, 1024)).astype(np.float32))
+    out = cuda.device_array_like(x)
+    return (lambda: softmax.softmax(x, out), softmax.prepare_softmax(x, out),
+            lambda: softmax.softmax_reference(x.copy_to_host()), None)
+
+
+sweep_sizes = workbook.size(gpu=[1 << p for p in range(12, 27, 2)], sim=[1024, 2048])
+sweeps = {
+    "ch01 relu + mask (16-byte)": launch_bound_sweep("relu forward: GPU time vs host cost", sweep_sizes, relu_at),
+    "ch02 dropout + bitmask": launch_bound_sweep("dropout: GPU time vs host cost", sweep_sizes, dropout_at),
+    "ch06 softmax, rows of 1024": launch_bound_sweep("softmax: GPU time vs host cost", sweep_sizes, softmax_at),
+}
 if workbook.ON_GPU:
-    figure = plots.sweep(sweep_sizes, series, xlabel="float32 elements", ylabel="microseconds",
-                         title="relu + mask forward: GPU time vs host cost per call", logy=True)
+    figure, panels = plots.plt.subplots(1, len(sweeps), figsize=(15, 4), sharey=True)
+    for panel, (name, series) in zip(panels, sweeps.items()):
+        plots.sweep(sweep_sizes, series, xlabel="elements", ylabel="microseconds", title=name, logy=True,
+                    axes=panel)
+    figure.suptitle("GPU time vs host cost per call")
+    figure.tight_layout()
     chapter.savefig(figure, "launch_bound")
-    crossing = next((s for s, gpu, host in zip(sweep_sizes, series["GPU time (us)"],
-                                              series["wrapper host cost (us)"]) if gpu > host), None)
-    print(f"the wrapper stops being launch-bound at about n = {crossing:,}" if crossing else
-          "launch-bound at every size of the sweep")
+    for name, series in sweeps.items():
+        crossing = next((size for size, gpu, host in zip(sweep_sizes, series["GPU time (us)"],
+                                                         series["wrapper host cost (us)"]) if gpu > host), None)
+        print(f"{name}: " + (f"the wrapper stops being launch-bound at about {crossing:,} elements" if crossing
+                             else "launch-bound at every size of the sweep"))
 else:
-    print("simulator: the sweep ran and was checked at", sweep_sizes, "- the plot needs a GPU's times.")
+    print("simulator: the sweeps ran and were checked at", sweep_sizes, "- the plot needs a GPU's times.")
     chapter.show_stored_figure("launch_bound")
 
 # %% [markdown]
@@ -330,6 +366,38 @@ chapter.record("bn+add+relu step, wall time per step (us)", walls)
 if workbook.ON_GPU and torch_step is not None:
     chapter.bar("BN+add+relu fwd+bwd step 16x32x112x112 as a graph: wall per step / torch eager's",
                 walls["graph replay"] / walls["torch eager (autograd)"], at_most=0.8)
+
+# %% [markdown]
+# ## Host cost per kernel, by approach
+#
+# The figures above side by side: what one kernel launch costs the host, from numba's plain call
+# down to a graph replay (the BN step's host cost per step over its 4 kernels).
+
+# %%
+
+
+def host_us(key, variant):
+    """The host cost per call of one row of this run's results."""
+    case = next(case for case in reversed(chapter.cases) if case["key"] == key)
+    return next(row["host_us"] for row in case["rows"] if row["variant"] == variant)
+
+
+if workbook.ON_GPU:
+    by_approach = {
+        "kernel[grid, block](...), empty, 2 arrays": host_us("empty launches", "numba, 2 array args"),
+        "kernel[grid, block](...), scale": host_us("scale, 4096 floats", "kernel[grid, block](...)"),
+        "bound launcher, scale": host_us("scale, 4096 floats", "bound launcher"),
+        "ch01 wrapper (checks + LaunchCache)": host_us("ch01 relu + mask, host cost", "wrapper relu_mask_quads"),
+        "PreparedLaunch, cuda.core.launch": host_us("scale, 4096 floats", "prepared, cuda.core.launch"),
+        "PreparedLaunch, cuLaunchKernel": host_us("scale, 4096 floats", "prepared, cuLaunchKernel"),
+        "graph replay, per kernel (BN step / 4)": host_us("bn+add+relu step: launches vs graph", "graph replay") / 4,
+    }
+    if torch is not None:
+        by_approach["torch.mul(out=) (baseline)"] = host_us("scale, 4096 floats", "torch.mul(out=)")
+    chapter.savefig(plots.bars(by_approach, xlabel="host microseconds per kernel launch",
+                               title="What a launch costs the host, by approach"), "host_by_approach")
+else:
+    chapter.show_stored_figure("host_by_approach")
 
 # %% [markdown]
 # ## What the numbers mean
