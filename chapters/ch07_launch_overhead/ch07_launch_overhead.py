@@ -406,14 +406,14 @@ else:
 #
 # - **The launch is the floor of a small kernel.** On the H100 (stored figures, one run; host
 #   figures move by 10-50% between runs, torch's as much as numba's): an empty numba launch costs
-#   18 us of host time with no argument, 34 us with 2 arrays, 72 us with 8; the GPU runs it in
-#   3 us; a torch op costs 11 us.
+#   18 us of host time with no argument, 33 us with 2 arrays, 62 us with 8; the GPU runs it in
+#   3 us; a torch op costs 13 us.
 # - **Most of numba's cost is per call, not per kernel**: typing each argument and packing each
-#   array's parameters. A prepared launch does that once: 8-9 us per call (`cuLaunchKernel` or
-#   `cuda.core.launch`) against 55 us for `kernel[grid, block](...)` and 15.5 us for
-#   `torch.mul(out=)`. The prepared twins of chapters 01, 02 and 06 cost 6.4 / 7.7 / 5.1 us
-#   against torch's 14.3 / 16.4 / 8.6. (Calling `cuLaunchKernel` through ctypes instead of
-#   cuda-python's bindings was measured too: no faster, 6.8 against 5.6 us.)
+#   array's parameters. A prepared launch does that once: 6-7 us per call (`cuLaunchKernel` or
+#   `cuda.core.launch`) against 36 us for `kernel[grid, block](...)` and 16 us for
+#   `torch.mul(out=)`. The prepared twins of chapters 01, 02 and 06 cost 8.0 / 11.7 / 6.8 us
+#   against torch's 23.0 / 21.5 / 14.6 in this run. (Calling `cuLaunchKernel` through ctypes
+#   instead of cuda-python's bindings was measured too: no faster, 6.8 against 5.6 us.)
 # - **The plain wrappers now prepare themselves.** `workbook.launch.LaunchCache` keeps the
 #   prepared launches a wrapper has made, keyed by each array's device address, shape, strides and
 #   dtype (so a view made afresh at every call, `x.reshape(-1)`, finds the launch made for the first
@@ -421,19 +421,20 @@ else:
 #   arguments at every call, and `sm_count()` asks the device once. `launch_planned` also keeps the
 #   wrapper's choice of kernel and grid, which depends only on what the key holds. Smaller things
 #   count at this scale: `__cuda_array_interface__` builds a dict (2 us), where
-#   `device_ctypes_pointer` gives the address in 0.1 us. Chapter 01's 16-byte forward wrapper went
-#   from 77-90 us per call to 13-21, dropout from 134 to 25, softmax from 84 to 10.5 (torch.softmax:
-#   8.6); the forward pass is now launch-bound only below about 2^24 elements (10 us of GPU time at
-#   2^22, 50 at 2^24). Every chapter's optimized wrappers use it, the BatchNorm and convolution
-#   ones included.
+#   `device_ctypes_pointer` gives the address in 0.1 us. Before and after, host us per call:
+#   chapter 01's 16-byte forward wrapper 77-90 -> 21-34 (over the sweep's sizes), dropout 134 ->
+#   20-43, softmax 84 -> 10-18 (torch.softmax 15). In the sweep all three kernels stop being
+#   launch-bound between 2^22 and 2^24 elements (10-13 us of GPU time at 2^22, 50 at 2^24): below
+#   that, a loop of calls runs at the host's pace, with or without the checks. Every chapter's
+#   optimized wrappers use the cache, the BatchNorm and convolution ones included.
 # - **A graph pays the host once per step**, whatever the number of kernels, and the GPU runs the
-#   nodes back to back: the BN + Add + ReLU step at 16x32x112x112 takes 158 us per step in a loop
-#   as a graph (4.6 us of host), 188 us of host as four cached launches from Python (for 162 of
-#   GPU: still host-bound; 738 us of host before the cache), 494 us in torch eager. A graph
-#   fixes the buffers (a new shape is a new capture), which a training loop with static shapes has
-#   anyway: it is what `torch.compile`'s "reduce-overhead" mode and CUDA-graph trees do. Chapter 05
-#   captures its four-stream pipeline this way (copies included), chapter 08 a whole training
-#   step, 47 kernels.
+#   nodes back to back: the BN + Add + ReLU step at 16x32x112x112 takes 155 us per step in a loop
+#   as a graph (3.9 us of host, 1 us per kernel), 161 us as four cached launches from Python
+#   (140 us of host for 163 of GPU: just below the GPU's time in this run, above it in others;
+#   738 us of host before the cache), 506 us in torch eager. A graph fixes the buffers (a new shape
+#   is a new capture), which a training loop with static shapes has anyway: it is what
+#   `torch.compile`'s "reduce-overhead" mode and CUDA-graph trees do. Chapter 05 captures its
+#   four-stream pipeline this way (copies included), chapter 08 a whole training step, 47 kernels.
 
 # %%
 chapter.save()
