@@ -330,7 +330,8 @@ split_ms = p.split_copy_ms(workbook.size(gpu=128 << 20, sim=1 << 10), copy_piece
 if workbook.ON_GPU:
     for count, ms in split_ms.items():
         extra_us = (ms - split_ms[1]) * 1e3 / max(count - 1, 1)
-        print(f"128 MiB in {count:3d} copies: {ms:.3f} ms" + (f"  (+{extra_us:.1f} us per extra copy)" if count > 1 else ""))
+        extra = f"  (+{extra_us:.1f} us per extra copy)" if count > 1 else ""
+        print(f"128 MiB in {count:3d} copies: {ms:.3f} ms{extra}")
     chapter.cases.append({"key": "bus cost per copy", "size": "128 MiB up, pinned", "ceiling": None, "rows": [
         {"variant": f"{count} copies", "kind": "copy", "correct": None, "median_ms": ms, "p25_ms": None,
          "p75_ms": None, "repeats": 7, "bytes": 128 << 20, "flops": None, "gbps": (128 << 20) / ms / 1e6,
@@ -349,9 +350,9 @@ else:
 # 64 blocks (256 calls) stay ahead of the GPU. The sweep also replays each pipeline as **one CUDA
 # graph** (`Pipeline.graph`, chapter 07's `StepGraph` with the four streams forked from and joined
 # to the capturing one): the host then pays one launch per run, and what is left at 64 blocks is
-# the bus's per-copy cost. On the H100: 64 blocks took 1.09x the best count's time from Python and
-# 1.07x as a graph (before the 2-D copy, with two copies up per block: 1.09-1.18x over three runs;
-# with plain numba launches, 2.6x). The sweep picks the block count used
+# the bus's per-copy cost. On the H100, over two runs: 64 blocks took 1.09-1.11x the best count's
+# time from Python (at the 10% line) and 1.07-1.08x as a graph (before the 2-D copy, with two
+# copies up per block: 1.09-1.18x over three runs; with plain numba launches, 2.6x). The sweep picks the block count used
 # below (on a GPU; the simulator uses 3).
 
 # %%

@@ -140,13 +140,14 @@ class Pipeline:
         buffers = [{"ab": cuda.device_array((2, block_rows + 2, width), np.uint8),
                     "merged": cuda.device_array((block_rows + 2, width), np.uint8),
                     "out": cuda.device_array((block_rows, width), np.uint8)} for _ in self.streams]
+        for buffer in buffers:
+            buffer["a"], buffer["b"] = buffer["ab"][0], buffer["ab"][1]
         self.blocks = []
         self._max_pitch = cuda.get_current_device().MAX_PITCH if ON_GPU else None  # for run()'s 2-D copies
         for index, r0 in enumerate(range(0, height, block_rows)):
             r1 = min(r0 + block_rows, height)
             s0, s1 = max(r0 - 1, 0), min(r1 + 1, height)  # rows to copy up: the block and its halo
             buffer, n = buffers[index % streams], (s1 - s0) * width
-            buffer["a"], buffer["b"] = buffer["ab"][0], buffer["ab"][1]
             stream = self.streams[index % streams]
             self.blocks.append({
                 "stream": stream, "lane": index % streams, "rows": (r0, r1), "halo_rows": (s0, s1),
@@ -252,14 +253,21 @@ class CapturedPipeline:
     programming guide describes (fork: they wait for an event recorded on the capturing stream;
     join: the capturing stream waits for an event recorded on each of them), so the graph keeps
     their independence: copies of one block overlap kernels of another, as in run(). Replayed, the
-    host pays one cuGraphLaunch instead of four or five calls per block. In the simulator the step runs
-    its calls one by one (`.how` says so).
+    host pays one cuGraphLaunch instead of four or five calls per block. In the simulator the step
+    runs its calls one by one (`.how` says so).
     """
 
     def __init__(self, pipeline, a, b, out):
+        for name, array in (("a", a), ("b", b), ("out", out)):
+            # The driver captures a copy from pageable memory without complaint, but a graph's copy
+            # node is a DMA transfer: only page-locked memory is safe to replay.
+            if not _is_pinned(array):
+                raise ValueError(f"{name} is pageable host memory: a captured pipeline copies from and to "
+                                 "pinned memory only (cuda.pinned_array, or pinned_copy(array))")
         self.out, self._host_arrays = out, (a, b, out)  # the graph copies from/to these addresses
         # events for ordering only (the simulator's take no arguments)
-        fork, *joins = [cuda.event(timing=False) if ON_GPU else cuda.event() for _ in range(1 + len(pipeline.streams))]
+        fork, *joins = [cuda.event(timing=False) if ON_GPU else cuda.event()
+                        for _ in range(1 + len(pipeline.streams))]
 
         def step(stream):
             fork.record(stream)
@@ -270,12 +278,6 @@ class CapturedPipeline:
                 join.record(other)
                 join.wait(stream)
 
-        for name, array in (("a", a), ("b", b), ("out", out)):
-            # The driver captures a copy from pageable memory without complaint, but a graph's copy
-            # node is a DMA transfer: only page-locked memory is safe to replay.
-            if not _is_pinned(array):
-                raise ValueError(f"{name} is pageable host memory: a captured pipeline copies from and to "
-                                 "pinned memory only (cuda.pinned_array, or pinned_copy(array))")
         self._graph = StepGraph(step)
         self.how = self._graph.how
 
@@ -391,28 +393,23 @@ def draw_timelines(timelines, title=""):
 
 
 def split_copy_ms(nbytes, pieces, repeats=7):
-    """{pieces: GPU ms} to copy nbytes of pinned host memory up in that many equal copies, one
-    stream, back to back (CUDA events, median of `repeats`): what the bus charges per copy beyond
-    its bytes. Meaningless in the simulator (None there)."""
+    """{pieces: GPU ms} to copy nbytes of pinned host memory up in that many equal copies, back to
+    back on the default stream (bench.time_interleaved: CUDA events, median of `repeats`): what the
+    bus charges per copy beyond its bytes. Meaningless in the simulator (None there)."""
     if not ON_GPU:
         return {count: None for count in pieces}
+    from workbook import bench
+
     host, device = cuda.pinned_array(nbytes, np.uint8), cuda.device_array(nbytes, np.uint8)
     source, target = host.ctypes.data, device.__cuda_array_interface__["data"][0]
-    stream = cuda.stream()
-    handle, times = stream_handle(stream), {}
-    for count in pieces:
+    default_stream = stream_handle(0)
+
+    def copies(count):
         size = nbytes // count
-        samples = []
-        for _ in range(repeats + 1):  # the first is a warm-up
-            start, end = cuda.event(), cuda.event()
-            start.record(stream)
-            for piece in range(count):
-                _copy_up(target + piece * size, source + piece * size, size, handle)
-            end.record(stream)
-            end.synchronize()
-            samples.append(cuda.event_elapsed_time(start, end))
-        times[count] = float(np.median(samples[1:]))
-    return times
+        return lambda: [_copy_up(target + i * size, source + i * size, size, default_stream) for i in range(count)]
+
+    times = bench.time_interleaved({count: copies(count) for count in pieces}, repeats=repeats)
+    return {count: float(np.median(ms)) for count, ms in times.items()}
 
 
 def host_cost_us(width, calls):

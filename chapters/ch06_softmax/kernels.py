@@ -733,11 +733,7 @@ def prepare_softmax(x, out, *, registers=True, wide=True):
 def _softmax_plan(x, out, registers, wide):
     """(kernel, blocks, threads) for softmax of checked x into out."""
     rows, ncols = x.shape
-    return _softmax_plan_for(rows, ncols, _width(ncols, x, out) if wide else 1, registers)
-
-
-@lru_cache(maxsize=256)  # a pure function of the shape and width: worked out once, not at every call
-def _softmax_plan_for(rows, ncols, width, registers):
+    width = _width(ncols, x, out) if wide else 1
     if ncols <= WARP_ROW_MAX and registers:
         slots = _slots(ncols)
         # fewer columns than one 16-byte access per lane (slots < width): element by element
