@@ -70,10 +70,13 @@ def test_conv_every_tile(conv, tile):
     assert_close(out, k.conv2d_reference(x, w, stride, padding, dilation), rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("case, splits", [(CONV_CASES[3], 2), (CONV_CASES[8], 8)], ids=["K=17 x2", "C=K=33 x8"])
+@pytest.mark.parametrize("case, splits", [(CONV_CASES[3], 2), (CONV_CASES[8], 8), (CONV_CASES[3], "stream"),
+                                          (CONV_CASES[10], "stream")],
+                         ids=["K=17 x2", "C=K=33 x8", "K=17 stream-K", "large odd stream-K"])
 @pytest.mark.parametrize("conv", CONVS, ids=lambda f: f.__name__)
 def test_conv_split_k(conv, case, splits):
-    # Depth slices add into the output with atomics: more slices than steps leaves some empty.
+    # Depth slices add into the output with atomics: more slices than steps leaves some empty;
+    # stream-K's shares cross from one tile into the next.
     _, xs, ws, stride, padding, dilation = case
     x, w = data(xs, 1), data(ws, 2)
     out, g = run_conv(conv, x, w, stride, padding, dilation, splits=splits)
@@ -81,8 +84,9 @@ def test_conv_split_k(conv, case, splits):
     assert_close(out, k.conv2d_reference(x, w, stride, padding, dilation), rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("shape", [(31, 130, 33), (1, 1, 1)], ids=str)
+@pytest.mark.parametrize("splits", [1, 3, "stream"])
+@pytest.mark.parametrize("shape", [(31, 130, 33), (1, 1, 1), workbook.size(gpu=(300, 1100, 700), sim=(40, 70, 72))],
+                         ids=str)
 def test_gemm_split_k(shape, splits):
     m, depth, n = shape
     a, b = data((m, depth), 3), data((depth, n), 4)
@@ -95,10 +99,37 @@ def test_gemm_split_k(shape, splits):
 def test_split_count_fills_waves():
     tile = k.Tile(128, 128, 8, 8, 8, min_blocks=2)
     places = k.sm_count() * 2
-    # A GEMM with exactly one wave of tiles is not split; one with a third of a wave is.
+    # A GEMM with exactly one wave of tiles is not split; one with a third of a wave is shared out
+    # (stream-K); one too shallow to share is not.
     assert k.split_count(tile, 128, 128 * places, 4096) == 1
-    assert k.split_count(tile, 128, 128 * max(1, places // 3), 4096) > 1
-    assert k.split_count(tile, 128, 128, 8) == 1  # too shallow to split
+    assert k.split_count(tile, 128, 128 * max(1, places // 3), 4096) == "stream"
+    assert k.split_count(tile, 128, 128, 8) == 1
+
+
+def test_grid_blocks():
+    tile = k.Tile(128, 128, 8, 8, 8, min_blocks=2)
+    places = k.sm_count() * 2
+    assert k.grid_blocks(tile, 200, 300, 64, 3) == 2 * 3 * 3  # split-K: 3 blocks per tile
+    assert k.grid_blocks(tile, 128, 128 * 4 * places, 4096, "stream") == places  # one per place
+    assert k.grid_blocks(tile, 128, 128, 8 * 40, "stream") == 3  # >= 16 depth steps per block
+
+
+# A wide tile writes 4 adjacent output columns with one 16-byte store (or one vector atomic add
+# when blocks share the tile) where P*Q % 4 == 0, else element by element: both, with every way of
+# sharing the work.
+WIDE_TILE = next(name for name, tile in k.TILES.items() if tile.wide)
+
+
+@pytest.mark.parametrize("splits", [1, 2, "stream"], ids=str)
+@pytest.mark.parametrize("x_shape", [(2, 3, 8, 6), (2, 3, 7, 5)], ids=["PQ % 4 == 0", "PQ odd"])
+@pytest.mark.parametrize("conv", CONVS, ids=lambda f: f.__name__)
+def test_wide_tile_outputs(conv, x_shape, splits):
+    x, w = data(x_shape, 5), data((9, 3, 3, 3), 6)
+    out, g = run_conv(conv, x, w, 1, 1, 1, tile=WIDE_TILE, splits=splits)
+    rtol, atol = k.tolerance(g.gemm_depth)
+    assert_close(out, k.conv2d_reference(x, w, 1, 1, 1), rtol=rtol, atol=atol)
+    assert k._quad_outputs(k.TILES[WIDE_TILE], cuda.device_array(g.out_shape, np.float32), g.P * g.Q) == (
+        g.P * g.Q % 4 == 0)
 
 
 @pytest.mark.parametrize("case", CONV_CASES[:9], ids=lambda c: c[0])
@@ -231,8 +262,10 @@ def test_bad_input_is_a_clear_error(conv):
         _conv_call(conv, dilation=1.5)
     with pytest.raises(ValueError, match="unknown tile"):
         _conv_call(conv, tile="huge")
-    with pytest.raises(ValueError, match="splits must be an int from 1"):
+    with pytest.raises(ValueError, match='splits must be an int from 1 to 8 or "stream"'):
         _conv_call(conv, splits=0)
+    with pytest.raises(ValueError, match="splits must be"):
+        _conv_call(conv, splits="streams")
 
 
 def test_gemm_bad_input_is_a_clear_error():

@@ -8,8 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from workbook import assert_close, cuda, memory
-from workbook.memory import load4, load16, per16, shared_load4, shared_store4, store4, store16
+from workbook import assert_close, compiler, cuda, memory
+from workbook.memory import (atomic_add4, load4, load16, per16, shared_load4, shared_store4, store4,
+                             store16)
 
 SIM = workbook.MODE == "sim"
 BIG = workbook.size(gpu=(1 << 22) + 5, sim=1029)
@@ -142,6 +143,48 @@ def test_simulator_rejects_what_a_gpu_would_fault_on():
 
 
 @cuda.jit
+def add_quads_kernel(values, out, quads):
+    # Every thread adds its 4 values into quad (thread % quads) of out: many threads per quad, so
+    # the adds must be atomic to sum up.
+    t = cuda.grid(1)
+    if t < values.shape[0]:
+        q = t % quads
+        atomic_add4(out, 4 * q, (values[t, 0], values[t, 1], values[t, 2], values[t, 3]))
+
+
+def _has_vector_atomics():
+    return SIM or memory.vector_atomics(cuda.get_current_device().compute_capability)
+
+
+@pytest.mark.skipif(not _has_vector_atomics(), reason="red.global.add.v4.f32 needs compute capability 9.0")
+@pytest.mark.parametrize("threads, quads", [(1, 1), (33, 1), (100, 7), (workbook.size(gpu=4099, sim=67), 33)])
+def test_atomic_add4_sums(threads, quads):
+    # Integers in float32: the sum is exact whatever order the atomics land in.
+    values = np.random.default_rng(threads).integers(-50, 50, (threads, 4)).astype(np.float32)
+    out = cuda.to_device(np.ones(4 * quads, np.float32))
+    add_quads_kernel[(threads + 63) // 64, 64](cuda.to_device(values), out, quads)
+    expected = np.ones((quads, 4), np.float32)
+    np.add.at(expected, np.arange(threads) % quads, values)
+    np.testing.assert_array_equal(out.copy_to_host(), expected.reshape(-1))
+
+
+@pytest.mark.skipif(not SIM, reason="on a GPU a misaligned vector atomic faults the context")
+def test_simulator_checks_atomic_add4():
+    out = cuda.to_device(np.zeros(8, np.float32))
+    values = cuda.to_device(np.ones((1, 4), np.float32))
+    with pytest.raises(ValueError, match="misaligned address"):
+        add_quads_kernel[1, 1](values, out[1:], 1)
+    # float64: the GPU compiler (where installed) rejects the call before the simulator runs it
+    with pytest.raises((TypeError, compiler.GPUCompileError), match="atomic_add4"):
+        add_quads_kernel[1, 1](values, cuda.to_device(np.zeros(8, np.float64)), 1)
+
+
+def test_vector_atomics_by_compute_capability():
+    assert memory.vector_atomics((9, 0)) and memory.vector_atomics((10, 0))
+    assert not memory.vector_atomics((8, 9)) and not memory.vector_atomics((7, 0))
+
+
+@cuda.jit
 def negate_each_kernel(src, dst):
     i = cuda.grid(1)
     if i < src.size:
@@ -247,6 +290,14 @@ def test_ptx_of_chapter_03s_fused_unscale(dtype, load):
 
 
 @needs_compiler
+def test_ptx_of_atomic_add4():
+    # One vector reduction, kept although it has no result (declared with side effects).
+    ptx = workbook.show_ptx(add_quads_kernel, np.zeros((4, 4), np.float32), np.zeros(8, np.float32), 2,
+                            grep=r"red\.")
+    assert "red.global.add.v4.f32" in ptx
+
+
+@needs_compiler
 def test_ptx_of_chapter_04s_wide_gemm():
     # The wide tile reads its fragments 16 bytes at a time: per depth row, TM/4 + TN/4 = 4 shared
     # loads of 4 words for 64 FMAs (the 4-byte tile: 16 loads); its tile loader, 16-byte global loads.
@@ -258,3 +309,7 @@ def test_ptx_of_chapter_04s_wide_gemm():
     ptx = workbook.show_ptx(gemm_kernel, a, a, 8, np.zeros((1, 8, 8), np.float32), grep=r"\.v4")
     assert "ld.shared.v4.f32" in ptx and "ld.global.v4.f32" in ptx and "st.shared.v4.f32" in ptx
     assert not re.search(r"ld\.shared\.f32", ptx)  # no 4-byte fragment loads left
+    # Its outputs 16 bytes at a time: stored whole, or added with one vector atomic when shared.
+    gemm_kernel, _ = k.make_kernels(tile, True, True)
+    ptx = workbook.show_ptx(gemm_kernel, a, a, 8, np.zeros((1, 8, 8), np.float32), grep=r"\.v4")
+    assert "st.global.v4.f32" in ptx and "red.global.add.v4.f32" in ptx

@@ -9,6 +9,8 @@ a memory-bound kernel needs to get close to the copy ceiling. These four functio
     store4(a, i, quad)       a[i..i+3] = quad (a 4-tuple)            one 4-wide store to global memory
     shared_load4(s, i)       the same on a cuda.shared.array        ld.shared.v4
     shared_store4(s, i, quad)                                       st.shared.v4
+    atomic_add4(a, i, quad)  a[i..i+3] += quad, atomically          red.global.add.v4.f32 (float32;
+                             compute capability 9.0 and up: the caller checks `vector_atomics()`)
     load16(a, i), store16(a, i, values)
                              16 bytes whatever the dtype: 4 float32 (the same as load4) or 8 float16,
                              so that one kernel moves 16 bytes per access in both precisions;
@@ -34,11 +36,17 @@ outputs, so unless it is declared to have side effects LLVM deletes it as dead c
 compiler cannot schedule around assembly it does not understand. A vector access in IR has neither
 problem.)
 
+`atomic_add4` is the one written as inline PTX: NVVM has no vector atomic in its IR, and PTX has one
+since Hopper (a quarter of the atomic operations for a tile's partial sums, chapter 04). It has no
+result, so it is declared with side effects, or LLVM would delete it (the trap above).
+
 In the simulator the same names are plain Python, element by element, and they check what the
 GPU would not forgive: a misaligned index or array, and a quad past the end, raise an error that
 says so. `python -m workbook compile` (the compile extra) compiles the real intrinsics without a
 GPU, so a kernel using them is typed and compiled on a laptop too.
 """
+
+import threading
 
 import numpy as np
 
@@ -52,6 +60,11 @@ GLOBAL, SHARED = 1, 3  # NVVM's address spaces
 def per16(dtype):
     """Elements of `dtype` in one 16-byte access: 4 float32, 8 float16."""
     return WIDE_BYTES // np.dtype(dtype).itemsize
+
+
+def vector_atomics(compute_capability):
+    """Does a GPU of this compute capability have atomic_add4's instruction (sm_90 and up)?"""
+    return tuple(compute_capability) >= (9, 0)
 
 
 def aligned(array, bytes_=None):
@@ -168,6 +181,26 @@ if MODE != "sim":  # a GPU, or the compile worker (workbook/compiler.py): the re
 
         return store
 
+    @intrinsic
+    def atomic_add4(typingctx, array, index, quad):
+        if not (_wide_types_ok(array, index) and array.dtype == types.float32
+                and isinstance(quad, types.BaseTuple) and len(quad) == WIDTH):
+            return None
+
+        def codegen(context, builder, signature, args):
+            array_type, index_type, quad_type = signature.args
+            pointer, _ = _quad_pointer(context, builder, array_type, args[0], args[1], index_type, GLOBAL, WIDTH)
+            values = [context.cast(builder, builder.extract_value(args[2], k), quad_type[k], types.float32)
+                      for k in range(WIDTH)]
+            f32 = ir.FloatType()
+            red = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(64)] + [f32] * WIDTH),
+                               "red.global.add.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}",
+                               side_effect=True)  # no outputs: without side effects LLVM drops it
+            builder.call(red, [builder.ptrtoint(pointer, ir.IntType(64))] + values)
+            return context.get_dummy_value()
+
+        return types.none(array, index, quad), codegen
+
     load4 = intrinsic(_make_load(GLOBAL))
     store4 = intrinsic(_make_store(GLOBAL))
     shared_load4 = intrinsic(_make_load(SHARED))
@@ -212,5 +245,15 @@ else:  # the simulator: element by element, checking what a GPU would fault on
         return function
 
     load4, store4 = _simulated("load4", True), _simulated("store4", False)
+
+    _atomic_lock = threading.Lock()  # the simulator's threads are Python threads
+
+    def atomic_add4(array, index, quad):
+        flat = _check(array, index, "atomic_add4", WIDTH)
+        if flat.dtype != np.float32 or len(quad) != WIDTH:
+            raise TypeError(f"atomic_add4: 4 values into a float32 array, not {len(quad)} into {flat.dtype}")
+        with _atomic_lock:
+            for k in range(WIDTH):
+                flat[index + k] += np.float32(quad[k])
     shared_load4, shared_store4 = _simulated("shared_load4", True), _simulated("shared_store4", False)
     load16, store16 = _simulated("load16", True, None), _simulated("store16", False, None)

@@ -201,6 +201,35 @@ workbook.show_ptx(k.make_kernels(k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=Tr
                   _m, _m, 8, np.zeros((1, 8, 8), np.float32), grep=r"ld\.shared|ld\.global\.v4")
 
 # %% [markdown]
+# ## Optimized, step 3: the work shared out, and 16-byte outputs
+#
+# Three changes that matter most on the small ResNet layers, where the GEMM is 7.4 GFLOP of
+# 128 x 25,088 or 256 x 6,272 outputs: 196 or 98 tiles of 128x128 for 264 places (132 SMs, 2 blocks each).
+#
+# - **Stream-K.** With one block per tile, 196 tiles fill 74% of one wave and 98 tiles 37%: the rest
+#   of the machine idles for the whole kernel. Split-K (S blocks per tile) fixes the count only when
+#   S x tiles happens to land near a multiple of 264. Instead, every kernel sees its work as one row
+#   of tiles x steps (output tile, depth step) iterations, and each block takes an equal,
+#   consecutive share of that row (`block_share`): with one block per place ("stream"), every SM
+#   works until the end, and a share that ends inside a tile hands the rest of that tile to the
+#   next block. Blocks that ran part of a tile add their partial sums into the (zeroed) output with
+#   atomics; a block that ran all of a tile stores it. The same kernel, with one block per tile,
+#   is the classic GEMM; with S per tile, split-K. (Osama et al., *Stream-K*, PPoPP 2023.)
+# - **16-byte outputs.** A wide tile's 4 adjacent columns are 4 adjacent positions of one image
+#   when P·Q % 4 == 0: `store4` writes them in one instruction, and a partial tile adds them with one
+#   `red.global.add.v4.f32` (`workbook.memory.atomic_add4`, Hopper and later): a quarter of the
+#   atomics, which were 10% of the stream-K kernel's time with one atomic per element (measured on
+#   the H100: 0.237 vs 0.211 ms without them).
+# - **128 threads of 8x16 outputs.** Per depth row a thread reads 8 + 16 words (6 shared loads) for
+#   128 FMAs, instead of 4 loads per 64; at 2 blocks of 128 threads per SM each thread may use
+#   255 registers, so BK = 16 (half the syncthreads) fits without the spills the 256-thread tile
+#   has at 128 registers (`resources` below).
+
+# %%
+workbook.show(wide_gemm.parts["block_share"])
+workbook.show(wide_gemm.parts["store_output_quads"])
+
+# %% [markdown]
 # ## Check first
 #
 # Awkward shapes: a single pixel, 1x1, 3x3, 5x5 with K = 17 (not a multiple of any tile), 7x7 with
@@ -277,16 +306,18 @@ chapter.bar(f"GEMM 4096^3 FP32, best tile ({best_gemm}) vs cuBLAS FP32 (fraction
 #
 # End to end: the explicit path is im2col + GEMM (workspace allocated once, beforehand, as a
 # framework would), the implicit one the single kernel. Both use the same tile, the fastest for
-# that layer (`fastest_tile`), and the same **split-K**: a layer with few output tiles (the 14x14
-# one has 49 x 2 tiles of 128x128, for 132 SMs that hold two blocks each) cuts its depth into
-# slices, one more grid dimension, whose partial sums are added into the (zeroed) output with
-# atomics; `split_count` picks the number of slices that fills whole waves of the machine.
-# cuDNN (`torch.nn.functional.conv2d`, TF32 off) is the baseline.
+# that layer (`fastest_tile`), and the same sharing of the work: `split_count` keeps one block per
+# tile where the tiles fill the machine's waves, and takes stream-K where they do not (the 28x28
+# and 14x14 layers). cuDNN (`torch.nn.functional.conv2d`, TF32 off) is the baseline.
 
 # %%
 BATCH = workbook.size(gpu=32, sim=1)
 layers = RESNET if workbook.ON_GPU else [("resnet 64ch 56x56", 4, 6), ("resnet 128ch 28x28", 6, 5),
                                          ("resnet 256ch 14x14", 8, 4)]
+
+
+def describe_work(splits):
+    return {1: "a block per tile", "stream": "stream-K"}.get(splits, f"split-K {splits}")
 
 
 def conv_case(key, channels, side):
@@ -317,7 +348,7 @@ def conv_case(key, channels, side):
         baselines={"torch conv2d (cuDNN FP32)": lambda: torch.nn.functional.conv2d(tx, tw, padding=1)},
         flops=g.flops,
         size=f"N={g.N} C=K={g.C} {g.H}x{g.W} 3x3 pad 1, tile {tile}, "
-             f"split-K {k.split_count(k.TILES[tile], g.K, g.gemm_columns, g.gemm_depth)}",
+             f"{describe_work(k.split_count(k.TILES[tile], g.K, g.gemm_columns, g.gemm_depth))}",
     )
     return g, result, (x, w, out, workspace, tile, reference, (rtol, atol))
 
@@ -331,15 +362,16 @@ for key, channels, side in layers:
 chapter.bar("implicit GEMM workspace (bytes)", 0, at_most=0)  # it allocates nothing: see conv2d_implicit
 
 # %% [markdown]
-# What split-K buys on the layer with the fewest tiles: the same kernel, one slice vs the chosen count.
+# What sharing the work buys on the layer with the fewest tiles: the same kernel with one block per
+# tile, with 4 per tile (split-K), and with one per place in the machine (stream-K).
 
 # %%
 g, _, (x, w, out, workspace, tile, reference, (rtol, atol)) = layer_results[layers[-1][0]]
-chosen = k.split_count(k.TILES[tile], g.K, g.gemm_columns, g.gemm_depth)
 split_result = chapter.compare(
-    "split-K on the last layer",
-    {"implicit, no split": lambda: k.conv2d_implicit(x, w, out, padding=1, tile=tile, splits=1),
-     f"implicit, split-K {chosen}": lambda: k.conv2d_implicit(x, w, out, padding=1, tile=tile)},
+    "sharing the work on the last layer",
+    {f"implicit, {describe_work(splits)}": (lambda splits=splits: k.conv2d_implicit(x, w, out, padding=1, tile=tile,
+                                                                                    splits=splits))
+     for splits in (1, 4, "stream")},
     reference=reference,
     check=lambda o, ref, name: workbook.assert_close(o, ref, rtol=rtol, atol=atol, name=name),
     flops=g.flops,
@@ -393,7 +425,7 @@ chapter.bar("N=32 C=K=256 56x56 3x3: implicit GEMM vs cuDNN FP32 (fraction of it
 # ## A sweep: the GEMM from small to large
 #
 # Square GEMMs, the best tile of the 4096³ run against cuBLAS FP32. Small ones cannot fill 132 SMs
-# with 128x128 tiles (a 1024² output has 64 of them): split-K makes up the blocks, but each call
+# with 128x128 tiles (a 1024² output has 64 of them): stream-K shares the work out, but each call
 # then pays two launches from Python (zeroing, GEMM) and the wrapper's checks, which at 512³ cost
 # more than the arithmetic.
 
@@ -452,24 +484,28 @@ else:
 #   memory saving stays. The issue's 1.5x holds only where im2col costs at least half as much as
 #   the GEMM: the faster the GEMM, the larger im2col's share — with cuDNN's GEMM speed every
 #   layer would pass; with ours, the 64-channel layer does (see the stored H100 figures).
-# - **Small layers starve the machine**: the 14x14 layer has too few output tiles to fill 132 SMs;
-#   split-K recovers part of that (the table just above), at the price of atomics and a zeroing
-#   launch.
-# - **The wide step is what moved the GEMM** (4096³, same run): the interleaved 128x128 tile
-#   27.6 TFLOP/s (0.54 of cuBLAS FP32), wide 34.3 (0.67), wide + prefetch 34.8, wide + prefetch
-#   with BK = 16 36.4 (**0.71**); the big layer's implicit GEMM went from 25.7 to 31.7 TFLOP/s,
-#   0.73 of cuDNN. What separates it from cuBLAS now: 2 blocks of 256 threads per SM cap a thread
-#   at 128 registers, so the 64 accumulators, two fragment sets and the next tile in flight spill a
-#   little (`local bytes` above); every index is 64-bit arithmetic; and NVVM, not us, allocates
-#   registers (cuBLAS's SASS is hand-scheduled against register-bank conflicts).
-# - **Why 128 and 256 channels miss the 1.5x** (the bar table): with the same GEMM in both paths,
-#   implicit / explicit = (t_im2col + t_GEMM) / t_GEMM = 1 + t_im2col / t_GEMM. On the 28x28 layer
-#   im2col writes 116 MB (about 0.1 ms) and the GEMM takes 0.31 ms: 1.30 measured; the 14x14
-#   layer writes half as much: 1.22. 1.5 needs im2col at half the GEMM's time, i.e. a GEMM of these
-#   7.4 GFLOP at about 37 TFLOP/s or more — above what ours reaches even at 4096³. Making the GEMM
-#   faster raises the ratio; making im2col slower would too, and is not the point. cuDNN's
-#   effective rate on these layers (41-56 TFLOP/s, above cuBLAS's 51.5 on the big GEMM) means
-#   fewer FLOPs than the 2·N·K·P·Q·C·R·S we count: Winograd, for instance.
+# - **Small layers starve the machine, and stream-K feeds it** (the 14x14 layer, same run): one
+#   block per tile 0.309 ms, split-K 4 0.280, stream-K 0.210 — every SM busy to the end. The
+#   28x28 layer went the same way, and its implicit GEMM from 0.291 ms (25 TFLOP/s, last stored run)
+#   to 0.220 (34 TFLOP/s).
+# - **What moved the GEMM** (4096³, same run): the interleaved 128x128 tile 23.9 TFLOP/s, the wide
+#   tile with prefetch 33.9 (16-byte fragments), the 128-thread 8x16 tile with BK = 16 **42.5
+#   (0.83 of cuBLAS FP32)**. The 256-thread tiles stay at 128 registers a thread (2 blocks of 256
+#   per SM) and spill (`local bytes` above); at 128 threads a thread has 255, and 8x16 outputs
+#   need 6 shared loads per 128 FMAs. The big layer's implicit GEMM: 37.5 TFLOP/s, 0.86 of cuDNN.
+#   What separates it from cuBLAS: every index is 64-bit arithmetic, NVVM (not us) allocates the
+#   registers, and 8 warps per SM leave little to hide a barrier's stall.
+# - **Why 128 and 256 channels still miss the 1.5x** (the bar table: 1.43 and 1.34). The ratio is
+#   (t_im2col + t_GEMM) / t_implicit. The implicit kernel is the GEMM plus its gather, and the gather
+#   costs: about 14 instructions per B element (the tap bit test and the address are 64-bit
+#   shifts and adds in the SASS) where the GEMM loads 4 elements with one 16-byte load; measured on
+#   the H100 in a scratch run with this tile, the 28x28 layer's GEMM alone takes 0.192 ms and the
+#   implicit one 0.215. So 1.5 on the 28x28 layer needs the implicit kernel at (0.12 + 0.19) / 1.5
+#   = 0.21 ms (we are at 0.22), and on the 14x14 layer, whose im2col is only 0.094 ms, at 0.19 ms:
+#   faster than our GEMM without any gather. Speeding the GEMM up raises both paths together;
+#   what would move the ratio is a cheaper gather (32-bit offsets, a 32-bit tap mask for filters
+#   of up to 32 taps). cuDNN's effective rate on these layers (above cuBLAS's 51.5 on the big
+#   GEMM) means fewer FLOPs than the 2·N·K·P·Q·C·R·S we count: Winograd, for instance.
 
 # %%
 chapter.save()

@@ -12,6 +12,7 @@ implicit path runs the same GEMM but computes each X element's address when it l
 Every kernel here is what the chapter shows and what tests/test_ch04_implicit_gemm.py tests.
 """
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,7 +24,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from workbook import ON_GPU
 from workbook.inputs import require, sm_count
 from workbook.launch import LaunchCache
-from workbook.memory import aligned, load4, shared_load4, shared_store4
+from workbook.memory import (aligned, atomic_add4, load4, load16, shared_load4, shared_store4, store4,
+                             vector_atomics)
 
 # ---------------------------------------------------------------------------------------------
 # Geometry: the shapes, and the checks every wrapper shares.
@@ -308,6 +310,10 @@ GPU_TILES = {
     "128x128 wide, prefetch, BK=16": Tile(128, 128, 16, 8, 8, min_blocks=2, wide=True, prefetch=True),
     "64x128 wide, prefetch": Tile(64, 128, 8, 4, 8, min_blocks=2, wide=True, prefetch=True),
     "64x64 wide, prefetch": Tile(64, 64, 8, 4, 4, min_blocks=3, wide=True, prefetch=True),
+    # 128 threads of 8x16 (or 16x8) outputs: 128 FMAs per 6 shared loads instead of 64 per 4, and
+    # 2 x 128 threads per SM leave up to 255 registers to each: no spills, BK = 16 affordable.
+    "128x128 wide, 8x16/thread, BK=16": Tile(128, 128, 16, 8, 16, min_blocks=2, wide=True, prefetch=True),
+    "128x128 wide, 16x8/thread, BK=16": Tile(128, 128, 16, 16, 8, min_blocks=2, wide=True, prefetch=True),
 }
 SIM_TILES = {"16x32": Tile(16, 32, 4, 2, 4), "8x16": Tile(8, 16, 4, 2, 2),
              "16x32 wide, prefetch": Tile(16, 32, 8, 4, 4, wide=True, prefetch=True)}
@@ -321,11 +327,13 @@ U64 = np.uint64
 
 
 @lru_cache(maxsize=None)
-def make_kernels(tile, quads=False):
+def make_kernels(tile, quads=False, quad_outputs=False):
     """Compile-time tile sizes -> (gemm_kernel, implicit_conv_kernel) with that tiling.
 
     quads: the GEMM kernel loads its A and B tiles from global memory 16 bytes at a time (load4);
     the caller checked that the rows of a and b are whole, 16-byte aligned quads.
+    quad_outputs: a wide tile writes its outputs 16 bytes at a time (store4, atomic_add4); the caller
+    checked that PQ % 4 == 0, that c is 16-byte aligned, and that the GPU has vector atomics.
     """
     BM, BN, BK, TM, TN = tile.BM, tile.BN, tile.BK, tile.TM, tile.TN
     TY, TX = BM // TM, BN // TN
@@ -337,9 +345,13 @@ def make_kernels(tile, quads=False):
     V = 4 if quads else 1  # elements per global load of the GEMM's tile loader
     if THREADS % BK or THREADS % BN or (BM * BK) % THREADS or (BK * BN) % THREADS:
         raise ValueError(f"tile {tile}: every thread must load whole rows of the A and B tiles")
+    if quad_outputs and not tile.wide:
+        raise ValueError(f"tile {tile}: only a wide tile writes its outputs in quads")
     if TM % G or TN % G or (BM * BK) % (V * THREADS) or (BK * BN) % (V * THREADS) or BK % V or (tile.prefetch and BK % 2):
         raise ValueError(f"tile {tile}: a wide tile needs TM, TN, BK multiples of 4 and whole quads per thread; "
                          "prefetch an even BK")
+    if (BK * BN // THREADS) % 2:
+        raise ValueError(f"tile {tile}: the implicit GEMM gathers B rows in pairs: BK*BN/threads must be even")
     PREFETCH = tile.prefetch
     WARP_TX = tile.warp_columns or min(TX, 32)
     WARPS_ACROSS = TX // WARP_TX  # warps side by side along a row of the thread grid
@@ -485,8 +497,25 @@ def make_kernels(tile, quads=False):
                               (next_b[4 * l], next_b[4 * l + 1], next_b[4 * l + 2], next_b[4 * l + 3]))
 
     @cuda.jit(**inline)
-    def store_outputs(c, acc, row0, col0, ty, tx, M, NC, PQ):
-        """Epilogue: column -> (image n, position pq) of the NKPQ output."""
+    def gather_b_tile(x, taps_table, base, on_image, k, next_b):
+        """B rows k .. k + B_LOADS - 1 of this thread's column, gathered from x: zeros off the image.
+
+        One table entry per row, the same for the whole warp (a broadcast): (x offset of row
+        (c, r, s)) << 6 | tap r*S + s; padding rows carry tap 63, never on the image. The rows are
+        consecutive, so their entries come two per 16-byte load."""
+        for pair in range(B_LOADS // 2):
+            entries = load16(taps_table, U64(k + 2 * pair))
+            for half in range(2):
+                entry = entries[half]
+                value = float32(0)
+                if (on_image >> (entry & 63)) & 1:  # predicate: padding reads as zero
+                    value = x[U64(base + (entry >> 6))]
+                next_b[2 * pair + half] = value
+
+    @cuda.jit(**inline)
+    def store_outputs(c, acc, row0, col0, ty, tx, M, NC, PQ, whole):
+        """Epilogue: column -> (image n, position pq) of the NKPQ output. A tile whose depth was
+        shared between blocks (not `whole`) adds its partial sums into c, which the host zeroed."""
         for j in range(TN):
             col = col0 + output_column(j, tx)
             if col < NC:
@@ -495,10 +524,40 @@ def make_kernels(tile, quads=False):
                 for i in range(TM):
                     m = row0 + output_row(i, ty)
                     if m < M:
-                        if cuda.gridDim.z == 1:
+                        if whole:
                             c[n, m, pq] = acc[i, j]
-                        else:  # slices of the depth add up in c, which the host zeroed
+                        else:
                             cuda.atomic.add(c, (n, m, pq), acc[i, j])
+
+    @cuda.jit(**inline)
+    def store_output_quads(c, acc, row0, col0, ty, tx, M, NC, PQ, whole):
+        """store_outputs 16 bytes at a time: a wide tile's 4 adjacent columns are 4 adjacent
+        positions of one image (PQ % 4 == 0), stored with one st.global.v4 or, for a partial tile,
+        added with one red.global.add.v4: a quarter of the atomics."""
+        for jq in range(TN // 4):
+            col = col0 + output_column(4 * jq, tx)
+            if col < NC:  # NC % 4 == 0: the quad is whole
+                n = col // PQ
+                pq = col - n * PQ
+                for i in range(TM):
+                    m = row0 + output_row(i, ty)
+                    if m < M:
+                        index = (U64(n) * U64(M) + U64(m)) * U64(PQ) + U64(pq)
+                        quad = (acc[i, 4 * jq], acc[i, 4 * jq + 1], acc[i, 4 * jq + 2], acc[i, 4 * jq + 3])
+                        if whole:
+                            store4(c, index, quad)
+                        else:
+                            atomic_add4(c, index, quad)
+
+    epilogue = store_output_quads if quad_outputs else store_outputs
+
+    @cuda.jit(**inline)
+    def block_share(tiles, steps):
+        """This block's share of the work: units [first, end) of the tiles * steps (tile, depth step)
+        iterations, in order, split evenly over the grid's blocks."""
+        share = (tiles * steps + cuda.gridDim.x - 1) // cuda.gridDim.x
+        first = cuda.blockIdx.x * share
+        return first, min(tiles * steps, first + share)
 
     @cuda.jit(**options)
     def gemm_kernel(a, b, PQ, c):
@@ -507,7 +566,6 @@ def make_kernels(tile, quads=False):
         NC = b.shape[1]
         t = cuda.threadIdx.x
         tx, ty = thread_position(t)
-        row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
         a_s = cuda.shared.array((2, BK, A_PITCH), float32)  # A tile, transposed: a_s[k, m]
         b_s = cuda.shared.array((2, BK, BN), float32)
         acc = cuda.local.array((TM, TN), float32)  # registers: indexed by unrolled constants only
@@ -515,28 +573,32 @@ def make_kernels(tile, quads=False):
         rb = cuda.local.array((2, TN), float32)
         next_a = cuda.local.array(A_LOADS, float32)  # the next tile, in flight
         next_b = cuda.local.array(B_LOADS, float32)
-        for i in range(TM):
-            for j in range(TN):
-                acc[i, j] = float32(0)
-        # Split-K: blockIdx.z takes one slice of the depth steps (gridDim.z == 1: all of them).
-        per_slice = ((KD + BK - 1) // BK + cuda.gridDim.z - 1) // cuda.gridDim.z
-        first = cuda.blockIdx.z * per_slice
-        last = min((KD + BK - 1) // BK, first + per_slice)
-
-        load_a_tile(a, row0, first * BK, t, next_a)  # the first step (zeros past the edges)
-        load_b_tile(b, col0, first * BK, t, next_b)
-        for step in range(first, last):
-            buf = (step - first) & 1
-            # Store step's tile into buffer `buf`. Every thread passed the syncthreads below after
-            # it finished reading this buffer two steps ago, so nobody is still reading it.
-            store_a_tile(a_s, buf, t, next_a)
-            store_b_tile(b_s, buf, t, next_b)
-            cuda.syncthreads()
-            if step + 1 < last:  # issue the next step's global loads now; use them after the FMAs
-                load_a_tile(a, row0, (step + 1) * BK, t, next_a)
-                load_b_tile(b, col0, (step + 1) * BK, t, next_b)
-            multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
-        store_outputs(c, acc, row0, col0, ty, tx, M, NC, PQ)
+        tiles_across, steps = (NC + BN - 1) // BN, (KD + BK - 1) // BK
+        unit, end = block_share(tiles_across * ((M + BM - 1) // BM), steps)
+        while unit < end:  # one output tile's run of depth steps per trip (usually one or two trips)
+            tile = unit // steps
+            first = unit - tile * steps
+            last = min(steps, first + end - unit)
+            row0, col0 = (tile // tiles_across) * BM, (tile % tiles_across) * BN
+            for i in range(TM):
+                for j in range(TN):
+                    acc[i, j] = float32(0)
+            load_a_tile(a, row0, first * BK, t, next_a)  # the first step (zeros past the edges)
+            load_b_tile(b, col0, first * BK, t, next_b)
+            for step in range(first, last):
+                buf = (step - first) & 1
+                # Store step's tile into buffer `buf`. Every thread passed the syncthreads below
+                # after it finished reading this buffer two steps ago: nobody is still reading it.
+                store_a_tile(a_s, buf, t, next_a)
+                store_b_tile(b_s, buf, t, next_b)
+                cuda.syncthreads()
+                if step + 1 < last:  # issue the next step's global loads now; use them after the FMAs
+                    load_a_tile(a, row0, (step + 1) * BK, t, next_a)
+                    load_b_tile(b, col0, (step + 1) * BK, t, next_b)
+                multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
+            epilogue(c, acc, row0, col0, ty, tx, M, NC, PQ, first == 0 and last == steps)
+            unit += last - first
+            cuda.syncthreads()  # the next tile's first store reuses buffer 0: wait until all have read it
 
     @cuda.jit(**options)
     def implicit_conv_kernel(x, a, taps_table, H, W, PQ, Q, R, S, sh, sw, ph, pw, dh, dw, c):
@@ -549,7 +611,6 @@ def make_kernels(tile, quads=False):
         CHW = x.size // c.shape[0]
         t = cuda.threadIdx.x
         tx, ty = thread_position(t)
-        row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
         a_s = cuda.shared.array((2, BK, A_PITCH), float32)
         b_s = cuda.shared.array((2, BK, BN), float32)
         acc = cuda.local.array((TM, TN), float32)
@@ -557,57 +618,49 @@ def make_kernels(tile, quads=False):
         rb = cuda.local.array((2, TN), float32)
         next_a = cuda.local.array(A_LOADS, float32)
         next_b = cuda.local.array(B_LOADS, float32)
-        for i in range(TM):
-            for j in range(TN):
-                acc[i, j] = float32(0)
-        bk, bn = t // BN, t % BN  # this thread loads B[k0 + bk + B_STEP*l, col0 + bn]
-        per_slice = ((KD + BK - 1) // BK + cuda.gridDim.z - 1) // cuda.gridDim.z
-        first = cuda.blockIdx.z * per_slice
-        last = min((KD + BK - 1) // BK, first + per_slice)
+        bk, bn = t // BN, t % BN  # this thread gathers B[k0 + bk*B_LOADS + l, col0 + bn], l < B_LOADS
+        tiles_across, steps = (NC + BN - 1) // BN, (KD + BK - 1) // BK
+        unit, end = block_share(tiles_across * ((M + BM - 1) // BM), steps)
+        while unit < end:
+            tile = unit // steps
+            first = unit - tile * steps
+            last = min(steps, first + end - unit)
+            row0, col0 = (tile // tiles_across) * BM, (tile % tiles_across) * BN
+            for i in range(TM):
+                for j in range(TN):
+                    acc[i, j] = float32(0)
+            # This thread's B column (n, p, q) is fixed for the tile: decode it once, and note which
+            # of the R*S filter taps fall on the image for it (bit r*S + s). Columns past the end:
+            # no tap.
+            base, h0, w0 = column_origin(col0 + bn, PQ, Q, sh, sw, ph, pw, W, CHW)
+            on_image = 0
+            if col0 + bn < NC:
+                for r in range(R):
+                    for s in range(S):
+                        h, w = h0 + r * dh, w0 + s * dw
+                        if h >= 0 and h < H and w >= 0 and w < W:
+                            on_image |= 1 << (r * S + s)
 
-        # This thread's B column (n, p, q) never changes: decode it once, and note which of the
-        # R*S filter taps fall on the image for it (bit r*S + s). Out-of-range columns: no tap.
-        base, h0, w0 = column_origin(col0 + bn, PQ, Q, sh, sw, ph, pw, W, CHW)
-        on_image = 0
-        if col0 + bn < NC:
-            for r in range(R):
-                for s in range(S):
-                    h, w = h0 + r * dh, w0 + s * dw
-                    if h >= 0 and h < H and w >= 0 and w < W:
-                        on_image |= 1 << (r * S + s)
-
-        load_a_tile(a, row0, first * BK, t, next_a)
-        k0 = first * BK
-        for l in range(B_LOADS):
-            # One 8-byte table entry per row, the same for the whole warp (a broadcast):
-            # (x offset of row (c, r, s)) << 6 | tap r*S + s. Padding rows carry tap 63, never on.
-            entry = taps_table[U64(k0 + bk + B_STEP * l)]
-            value = float32(0)
-            if (on_image >> (entry & 63)) & 1:  # predicate: padding reads as zero
-                value = x[U64(base + (entry >> 6))]
-            next_b[l] = value
-
-        for step in range(first, last):
-            buf = (step - first) & 1
-            store_a_tile(a_s, buf, t, next_a)
-            for l in range(B_LOADS):
-                b_s[buf, bk + B_STEP * l, bn] = next_b[l]
-            cuda.syncthreads()
-            if step + 1 < last:
-                load_a_tile(a, row0, (step + 1) * BK, t, next_a)
-                k0 = (step + 1) * BK
+            load_a_tile(a, row0, first * BK, t, next_a)
+            gather_b_tile(x, taps_table, base, on_image, first * BK + bk * B_LOADS, next_b)
+            for step in range(first, last):
+                buf = (step - first) & 1
+                store_a_tile(a_s, buf, t, next_a)
                 for l in range(B_LOADS):
-                    entry = taps_table[U64(k0 + bk + B_STEP * l)]
-                    value = float32(0)
-                    if (on_image >> (entry & 63)) & 1:
-                        value = x[U64(base + (entry >> 6))]
-                    next_b[l] = value
-            multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
-        store_outputs(c, acc, row0, col0, ty, tx, M, NC, PQ)
+                    b_s[buf, bk * B_LOADS + l, bn] = next_b[l]
+                cuda.syncthreads()
+                if step + 1 < last:
+                    load_a_tile(a, row0, (step + 1) * BK, t, next_a)
+                    gather_b_tile(x, taps_table, base, on_image, (step + 1) * BK + bk * B_LOADS, next_b)
+                multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
+            epilogue(c, acc, row0, col0, ty, tx, M, NC, PQ, first == 0 and last == steps)
+            unit += last - first
+            cuda.syncthreads()
 
     # The helpers, for the chapter to show (the kernels call them; nothing else does)
     gemm_kernel.parts = {"load_fragments": load_fragments, "multiply_tile": multiply_tile,
-                         "output_row": output_row, "load_b_tile": load_b_tile}
+                         "output_row": output_row, "load_b_tile": load_b_tile, "block_share": block_share,
+                         "store_output_quads": store_output_quads}
     return gemm_kernel, implicit_conv_kernel
 
 
@@ -615,32 +668,43 @@ def make_kernels(tile, quads=False):
 # Host wrappers: check the arguments, size the grid, launch.
 
 
-# Split-K. A GEMM with few output tiles leaves SMs idle: the 14x14 layer with C = K = 256 has
-# 49 x 2 tiles of 128x128 for 132 SMs that hold 2 blocks each (98 of 264 places). Cutting the depth
-# into S slices gives S times the blocks; each adds its partial sums into the output with atomics
-# (so the output must start at zero: one more, tiny, launch). S is picked so that the blocks fill
-# whole waves of the machine, and only if that gains more than MIN_GAIN of it.
+# Sharing the work. A GEMM with few output tiles leaves SMs idle: the 14x14 layer with C = K = 256
+# has 49 x 2 tiles of 128x128 for 132 SMs that hold 2 blocks each (98 of 264 places). The kernels
+# see their work as tiles x steps (output tile, depth step) iterations in a row, and each block takes
+# an equal, consecutive share of it (`block_share`), so the host chooses how many blocks there are:
+#
+#   one per tile              a block runs all the depth steps of its tile, stores it: no atomics
+#   splits = S                S blocks per tile (split-K): each runs 1/S of the depth
+#   splits = "stream"         stream-K: one block per place the SMs hold, each with 1/264 of ALL
+#                             the iterations, crossing from one tile into the next where its share
+#                             does; every SM busy until the end, whatever the tile count
+#
+# A block that ran only part of a tile's depth adds its partial sums into the output with atomics,
+# so the output must start at zero: one more, tiny, launch. Without a choice the wrappers take one
+# block per tile when the tiles fill the machine's waves to within MIN_GAIN, stream-K otherwise.
 
 MAX_SPLITS = 8
-MIN_STEPS_PER_SLICE = 16  # depth steps: below that a slice is all prologue and epilogue
+MIN_STEPS_PER_BLOCK = 16  # depth steps: below that a block is all prologue and epilogue
 MIN_GAIN = 0.1
 
 
 def split_count(tile, rows, columns, depth):
-    """How many depth slices make `rows x columns` tiles fill whole waves of this GPU."""
-    blocks = math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM)
+    """The wrappers' choice when given no `splits`: 1 (a block per output tile) if the `rows x columns`
+    tiles fill this GPU's waves to within MIN_GAIN, else "stream" (stream-K)."""
+    tiles = math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM)
     places = sm_count() * tile.min_blocks  # blocks resident at once, by the launch bound
+    filled = tiles / (math.ceil(tiles / places) * places)  # the fraction of the waves' places in use
+    if filled >= 1 - MIN_GAIN or math.ceil(depth / tile.BK) < 2 * MIN_STEPS_PER_BLOCK:
+        return 1
+    return "stream"
 
-    def filled(splits):  # the fraction of the waves' places that hold a block
-        return blocks * splits / (math.ceil(blocks * splits / places) * places)
 
-    best, steps = 1, math.ceil(depth / tile.BK)
-    for splits in range(2, MAX_SPLITS + 1):
-        if steps < splits * MIN_STEPS_PER_SLICE:
-            break
-        if filled(splits) > filled(best) + MIN_GAIN:
-            best = splits
-    return best
+def grid_blocks(tile, rows, columns, depth, splits):
+    """How many blocks share the tiles x steps iterations for this `splits`."""
+    tiles, steps = math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM), math.ceil(depth / tile.BK)
+    if splits == "stream":
+        return min(sm_count() * tile.min_blocks, math.ceil(tiles * steps / MIN_STEPS_PER_BLOCK))
+    return tiles * splits
 
 
 @cuda.jit
@@ -655,17 +719,18 @@ _launches = LaunchCache()
 
 
 def _launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0):
-    """Launch `kernel(*args, c3)` over the output tiles and `splits` depth slices (None: pick)."""
+    """Launch `kernel(*args, c3)` with `splits` (None: split_count's choice); returns the splits used."""
     if splits is None:
         splits = split_count(tile, rows, columns, depth)
-    elif not isinstance(splits, (int, np.integer)) or not 1 <= splits <= MAX_SPLITS:
-        raise ValueError(f"splits must be an int from 1 to {MAX_SPLITS}, not {splits!r}")
-    if splits > 1:
+    elif splits != "stream" and (not isinstance(splits, (int, np.integer)) or not 1 <= splits <= MAX_SPLITS):
+        raise ValueError(f'splits must be an int from 1 to {MAX_SPLITS} or "stream", not {splits!r}')
+    blocks = grid_blocks(tile, rows, columns, depth, splits)
+    steps = math.ceil(depth / tile.BK)
+    share = math.ceil(math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM) * steps / blocks)
+    if share % steps:  # some tile's depth is shared between blocks: their partial sums add up in c
         flat = c3.reshape(-1)
         _launches.launch(zero_kernel, min(sm_count() * 8, math.ceil(flat.size / 256)), 256, (flat,), stream=stream)
-    blocks = (math.ceil(columns / tile.BN), math.ceil(rows / tile.BM), int(splits))
-    threads_per_block = tile.threads
-    _launches.launch(kernel, blocks, threads_per_block, (*args, c3), stream=stream)
+    _launches.launch(kernel, blocks, tile.threads, (*args, c3), stream=stream)
     return splits
 
 
@@ -684,7 +749,8 @@ def _tile(tile):
 def gemm(a, b, c, *, tile=None, splits=None, stream=0):
     """c = a @ b, float32, with the chapter's tiled GEMM; a (M, KD), b (KD, NC), c (M, NC).
 
-    tile: a name in TILES or a Tile (None: the first); splits: depth slices (None: split_count);
+    tile: a name in TILES or a Tile (None: the first); splits: blocks per output tile (split-K), or
+    "stream" (stream-K), or None (split_count's choice);
     stream: where the launches go (0: the default stream).
     """
     a = require(a, "a", dtype=np.float32, ndim=2)
@@ -693,7 +759,7 @@ def gemm(a, b, c, *, tile=None, splits=None, stream=0):
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
     c = require(c, "c", dtype=np.float32, shape=(a.shape[0], b.shape[1]))
     tile = _tile(tile)
-    gemm_kernel, _ = make_kernels(tile, _quads(tile, a, b))
+    gemm_kernel, _ = make_kernels(tile, _quads(tile, a, b), _quad_outputs(tile, c, b.shape[1]))
     _launch_gemm(gemm_kernel, tile, a.shape[0], b.shape[1], a.shape[1], splits, c.reshape(1, *c.shape),
                  a, b, b.shape[1], stream=stream)
     return c
@@ -709,6 +775,18 @@ def _quads(tile, *matrices):
     row a whole number of quads, the first element 16-byte aligned, and a whole number of quads per
     thread in each tile (else: 4-byte loads)."""
     return (_tile_takes_quads(tile) and all(m.shape[1] % 4 == 0 and aligned(m) for m in matrices))
+
+
+def _quad_outputs(tile, out, PQ):
+    """Can a wide tile write `out` 16 bytes at a time? Its 4 adjacent columns must be 4 positions
+    of one image (PQ % 4 == 0), the output 16-byte aligned, and the GPU have vector atomics."""
+    return tile.wide and PQ % 4 == 0 and aligned(out) and _vector_atomics()
+
+
+@lru_cache(maxsize=None)
+def _vector_atomics():
+    # The simulator has them (workbook.memory), so that they are checked on a laptop too.
+    return vector_atomics(cuda.get_current_device().compute_capability) if ON_GPU else True
 
 
 def _conv_args(x, w, out, stride, padding, dilation):
@@ -738,7 +816,7 @@ def conv2d_explicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=Non
     col = im2col(x, g, workspace)
     tile = _tile(tile)
     a = w.reshape(g.K, g.gemm_depth)
-    gemm_kernel, _ = make_kernels(tile, _quads(tile, a, col))
+    gemm_kernel, _ = make_kernels(tile, _quads(tile, a, col), _quad_outputs(tile, out, g.P * g.Q))
     _launch_gemm(gemm_kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
                  out.reshape(g.N, g.K, g.P * g.Q), a, col, g.P * g.Q)
     return out
@@ -756,7 +834,8 @@ def conv2d_implicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=Non
                          f"not {g.R}x{g.S}; use conv2d_explicit")
     tile = _tile(tile)
     a = w.reshape(g.K, g.gemm_depth)
-    _, implicit_conv_kernel = make_kernels(tile, _quads(tile, a))  # quads: the A tile (filters) only
+    # quads: the A tile (filters) only; B is gathered element by element
+    _, implicit_conv_kernel = make_kernels(tile, _quads(tile, a), _quad_outputs(tile, out, g.P * g.Q))
     _launch_gemm(implicit_conv_kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
                  out.reshape(g.N, g.K, g.P * g.Q), x.reshape(-1), a,
                  _device_tap_table(g), g.H, g.W, g.P * g.Q, g.Q, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
@@ -792,12 +871,15 @@ def resources(tile):
     if not ON_GPU:
         return None
     usage, tile = {}, _tile(tile)
-    for quads in (False, True) if _tile_takes_quads(tile) else (False,):
-        for kernel in make_kernels(tile, quads):
+    for quads, quad_outputs in itertools.product((False, True), (False, True)):
+        if (quads and not _tile_takes_quads(tile)) or (quad_outputs and not tile.wide):
+            continue
+        for kernel in make_kernels(tile, quads, quad_outputs):
             if not kernel.overloads:  # not compiled yet: nothing launched it
                 continue
             compiled = next(iter(kernel.overloads.values()))  # one per argument types; all alike here
-            name = kernel.py_func.__name__ + (", 16-byte global loads" if quads else "")
+            name = kernel.py_func.__name__ + (", 16-byte global loads" if quads else "") + (
+                ", 16-byte outputs" if quad_outputs else "")
             usage[name] = {"registers": compiled.regs_per_thread,
                            "local bytes": compiled.local_mem_per_thread,
                            "shared bytes": compiled.shared_mem_per_block}

@@ -100,9 +100,9 @@ workbook.show(L.conv2d_dgrad)
 # The same X as the forward's (the im2col matrix, never built), but now it is the *depth* that
 # runs over N·P·Q = 16,384 positions, into a small 32 x 288 output: a few tiles with a very long
 # depth. The kernel splits that depth into hundreds of slices, one per block, and the blocks add
-# their partial tiles into dw with atomics (split-K; chapter 04 used 2 to 8 slices). Each thread
-# owns one depth position per step, decodes its (n, p, q) once, and loads its A and B values down
-# that position — consecutive threads, consecutive q: every load coalesced.
+# their partial tiles into dw with atomics (split-K, as chapter 04 can; there stream-K won). Each
+# thread owns one depth position per step, decodes its (n, p, q) once, and loads its A and B values
+# down that position — consecutive threads, consecutive q: every load coalesced.
 
 # %%
 workbook.show(L._make_wgrad_kernel)
