@@ -559,6 +559,17 @@ def make_kernels(tile, quads=False, quad_outputs=False):
         first = cuda.blockIdx.x * share
         return first, min(tiles * steps, first + share)
 
+    @cuda.jit(**inline)
+    def start_tile_run(unit, end, steps, tiles_across, acc):
+        """At unit `unit` of a share ending at `end`: the depth steps [first, last) of the tile it
+        falls in that this block runs, the tile's first row and column; the accumulators zeroed."""
+        tile = unit // steps
+        first = unit - tile * steps
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = float32(0)
+        return first, min(steps, first + end - unit), (tile // tiles_across) * BM, (tile % tiles_across) * BN
+
     @cuda.jit(**options)
     def gemm_kernel(a, b, PQ, c):
         """c[n, m, pq] = (a @ b)[m, n*PQ + pq]; a (M, KD), b (KD, NC), c (NC/PQ, M, PQ)."""
@@ -576,13 +587,7 @@ def make_kernels(tile, quads=False, quad_outputs=False):
         tiles_across, steps = (NC + BN - 1) // BN, (KD + BK - 1) // BK
         unit, end = block_share(tiles_across * ((M + BM - 1) // BM), steps)
         while unit < end:  # one output tile's run of depth steps per trip (usually one or two trips)
-            tile = unit // steps
-            first = unit - tile * steps
-            last = min(steps, first + end - unit)
-            row0, col0 = (tile // tiles_across) * BM, (tile % tiles_across) * BN
-            for i in range(TM):
-                for j in range(TN):
-                    acc[i, j] = float32(0)
+            first, last, row0, col0 = start_tile_run(unit, end, steps, tiles_across, acc)
             load_a_tile(a, row0, first * BK, t, next_a)  # the first step (zeros past the edges)
             load_b_tile(b, col0, first * BK, t, next_b)
             for step in range(first, last):
@@ -622,13 +627,7 @@ def make_kernels(tile, quads=False, quad_outputs=False):
         tiles_across, steps = (NC + BN - 1) // BN, (KD + BK - 1) // BK
         unit, end = block_share(tiles_across * ((M + BM - 1) // BM), steps)
         while unit < end:
-            tile = unit // steps
-            first = unit - tile * steps
-            last = min(steps, first + end - unit)
-            row0, col0 = (tile // tiles_across) * BM, (tile % tiles_across) * BN
-            for i in range(TM):
-                for j in range(TN):
-                    acc[i, j] = float32(0)
+            first, last, row0, col0 = start_tile_run(unit, end, steps, tiles_across, acc)
             # This thread's B column (n, p, q) is fixed for the tile: decode it once, and note which
             # of the R*S filter taps fall on the image for it (bit r*S + s). Columns past the end:
             # no tap.
