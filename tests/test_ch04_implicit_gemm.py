@@ -14,6 +14,7 @@ CONV_CASES = [
     ("3x3 pad 1", (1, 3, 7, 6), (5, 3, 3, 3), 1, 1, 1),
     ("5x5 pad 2, K=17", (1, 7, 9, 11), (17, 7, 5, 5), 1, 2, 1),
     ("7x7 stride 2 pad 3", (1, 3, 15, 13), (9, 3, 7, 7), 2, 3, 1),
+    ("4x8: 32 taps, the last one bit 31", (1, 2, 6, 9), (3, 2, 4, 8), 1, (1, 3), 1),
     ("3x3 dilation 2", (2, 3, 9, 10), (4, 3, 3, 3), 1, 2, 2),
     ("mixed stride/pad/dilation", (2, 4, 9, 8), (6, 4, 3, 2), (2, 1), (1, 2), (2, 1)),
     ("pad 3 > filter reach", (1, 2, 3, 3), (3, 2, 3, 3), 1, 3, 1),
@@ -207,13 +208,21 @@ def test_offset_table_has_no_division_left():
     assert tuple(table[:, crs]) == (c * g.H * g.W + r * g.dh * g.W + s * g.dw, r * g.dh, s * g.dw)
 
 
-def test_tap_table():
-    g = k.conv_geometry((1, 3, 6, 7), (2, 3, 3, 2), 1, 1, (2, 1))
+@pytest.mark.parametrize("filter_, bits", [((3, 2), 32), ((4, 8), 32), ((3, 11), 64), ((7, 7), 64)])
+def test_tap_table(filter_, bits):
+    g = k.conv_geometry((1, 3, 16, 17), (2, 3, *filter_), 1, 1, (2, 1))
     table = k.tap_table(g)
-    assert table.dtype == np.int64 and table.size % k.TABLE_ALIGN == 0 and table.size >= g.gemm_depth
-    np.testing.assert_array_equal(table[: g.gemm_depth] >> 6, k.offset_table(g)[0])
-    np.testing.assert_array_equal(table[: g.gemm_depth] & 63, np.tile(np.arange(g.R * g.S), g.C))
-    assert (table[g.gemm_depth:] & 63 == k.MAX_TAPS).all()  # padding rows: a tap that is never on
+    assert k.tap_bits(g) == bits
+    assert table.dtype == np.uint32 and table.shape[1] == 2
+    assert len(table) % k.TABLE_ALIGN == 0 and len(table) >= g.gemm_depth
+    np.testing.assert_array_equal(table[: g.gemm_depth, 0], k.offset_table(g)[0])
+    taps = np.tile(np.arange(g.R * g.S), g.C)  # rows are c-major: (c, r, s)
+    if bits == 32:  # the row's bit; padding rows bit 0: never on the image
+        np.testing.assert_array_equal(table[: g.gemm_depth, 1], (np.uint64(1) << taps.astype(np.uint64)))
+        assert (table[g.gemm_depth:, 1] == 0).all()
+    else:  # the row's tap; padding rows tap 63, a bit no mask sets
+        np.testing.assert_array_equal(table[: g.gemm_depth, 1], taps)
+        assert (table[g.gemm_depth:, 1] == k.MAX_TAPS).all()
 
 
 def test_implicit_refuses_more_than_63_taps_explicit_does_not():

@@ -96,9 +96,12 @@ def device_data(shape, seed):
 # integers into a 64-bit division, dozens of instructions). The implicit kernel goes one step
 # further, as CUTLASS's "optimized" iterator does: whether tap (r, s) of the filter lands on the
 # image depends only on the thread's column, so each thread computes that once, as a bit mask
-# `on_image` (bit r·S + s), and each table row is one 8-byte word, `row offset << 6 | r·S + s`.
-# Loading an element is then: read the row's word (the same for the whole warp), test one bit,
-# load `x[base + (word >> 6)]` or take 0.
+# `on_image` (bit r·S + s), and each table row is two 32-bit words: the row offset and the row's
+# bit, `1 << r·S + s` (for filters of up to 32 taps; a 7x7 filter's mask is 64-bit and its table
+# holds the tap number). Loading an element is then: read the row's two words (the same for the
+# whole warp), AND the bit with `on_image`, load `x[base + offset]` or take 0. The offsets are
+# 32-bit, so the sum is one 32-bit add and the address one multiply-add (`x + 4·offset`); with
+# 64-bit words the same gather took 13 SASS instructions per element, now 5.
 #
 # Here is the mapping on a tiny case, one channel, a 4x4 image numbered 0..15, a 3x3 filter,
 # padding 1: column (p, q) = (0, 0) of X is the window at the top-left corner, half off the image.
@@ -113,7 +116,8 @@ print(X[:, :6].astype(int))
 print("offset table (row offset, r*dh, s*dw) per row (c, r, s), for im2col:")
 print(k.offset_table(tiny))
 table = k.tap_table(tiny)[: tiny.gemm_depth]
-print("tap table (row offset << 6 | r*S + s), for implicit GEMM: offsets", table >> 6, "taps", table & 63)
+print("tap table (row offset, 1 << r*S + s) per row, for implicit GEMM:")
+print(table.T)
 
 # %% [markdown]
 # ## The NumPy reference
@@ -156,7 +160,7 @@ workbook.show(gemm_kernel)
 #
 # The same kernel with one change: the loader of the B tile. Each thread decodes its column
 # `(n, p, q)` once (`column_origin`) and marks which filter taps land on the image for it
-# (`on_image`); then for each row it loads, it reads the row's word from the tap table — the whole
+# (`on_image`); then for each row it loads, it reads the row's entry from the tap table — the whole
 # warp reads the same row, one broadcast — and loads `x[base + offset]` if the tap's bit is set,
 # else 0. Indices that cannot be negative are cast to unsigned (`U64`): numba then skips the
 # negative-index test it adds to every signed index (5 instructions on 64-bit integers).
@@ -381,31 +385,40 @@ split_result = chapter.compare(
 # %% [markdown]
 # ## Where the explicit path's time goes
 #
-# The same first layer, its two kernels timed apart: im2col is pure data movement (it reads the
-# input and writes 9x as much), the GEMM is the arithmetic. We count im2col's bytes: the workspace
-# written, plus the input read once.
+# Each layer's two explicit kernels timed apart: im2col is pure data movement (it reads the input and
+# writes 9x as much; we count the workspace written plus the input read once), the GEMM is the
+# arithmetic, with the same tile and the same sharing of the work as the explicit path above. The
+# implicit kernel is that GEMM with a gather in its B loader instead of 16-byte loads, so
+# `implicit - GEMM` is what the gather costs, and the speed-up is
+# (t_im2col + t_GEMM) / t_implicit: 1.5 needs t_implicit <= (t_im2col + t_GEMM) / 1.5.
 
 # %%
-g, _, (x, w, out, workspace, tile, _, _) = layer_results[layers[0][0]]
-split = chapter.compare(
-    "explicit split: im2col",
-    {"im2col": lambda: k.im2col(x, g, workspace)},
-    reference=lambda: k.im2col_reference(x.copy_to_host(), g),
-    check=lambda o, ref, name: workbook.assert_close(o, ref, exact=True, name=name),
-    bytes=g.workspace_bytes + 4 * g.N * g.C * g.H * g.W,
-    size=f"N={g.N} C={g.C} {g.H}x{g.W}",
-)
-gemm_out = cuda.device_array((g.K, g.gemm_columns), np.float32)
-gemm_only = chapter.compare(
-    "explicit split: GEMM on the workspace",
-    {"GEMM on im2col": lambda: k.gemm(w.reshape(g.K, g.gemm_depth), workspace, gemm_out, tile=tile)},
-    flops=g.flops,
-    size=f"({g.K} x {g.gemm_depth}) @ ({g.gemm_depth} x {g.gemm_columns}), tile {tile}",
-)
+explicit_parts = {}
+for key, (g, result, (x, w, out, workspace, tile, _, _)) in layer_results.items():
+    split = chapter.compare(
+        "explicit split: im2col",
+        {"im2col": lambda: k.im2col(x, g, workspace)},
+        reference=lambda: k.im2col_reference(x.copy_to_host(), g),
+        check=lambda o, ref, name: workbook.assert_close(o, ref, exact=True, name=name),
+        bytes=g.workspace_bytes + 4 * g.N * g.C * g.H * g.W,
+        size=f"N={g.N} C={g.C} {g.H}x{g.W}",
+    )
+    gemm_out = cuda.device_array((g.K, g.gemm_columns), np.float32)
+    gemm_only = chapter.compare(
+        "explicit split: GEMM on the workspace",
+        {"GEMM on im2col": lambda: k.gemm(w.reshape(g.K, g.gemm_depth), workspace, gemm_out, tile=tile)},
+        flops=g.flops,
+        size=f"({g.K} x {g.gemm_depth}) @ ({g.gemm_depth} x {g.gemm_columns}), tile {tile}",
+    )
+    explicit_parts[key] = (split["im2col"].median_ms, gemm_only["GEMM on im2col"].median_ms,
+                           result["implicit GEMM"].median_ms)
+    del gemm_out
+
 if workbook.ON_GPU:
-    im2col_ms, gemm_ms = split["im2col"].median_ms, gemm_only["GEMM on im2col"].median_ms
-    print(f"im2col {im2col_ms:.3f} ms ({split['im2col'].gbps:.0f} GB/s), GEMM {gemm_ms:.3f} ms: "
-          f"im2col is {im2col_ms / (im2col_ms + gemm_ms):.0%} of the explicit path")
+    print(f"{'layer':20s} {'im2col':>7s} {'GEMM':>7s} {'implicit':>9s} {'gather':>7s} {'1.5x needs':>11s}  (ms)")
+    for key, (im2col_ms, gemm_ms, implicit_ms) in explicit_parts.items():
+        print(f"{key:20s} {im2col_ms:7.4f} {gemm_ms:7.4f} {implicit_ms:9.4f} {implicit_ms - gemm_ms:7.4f} "
+              f"{(im2col_ms + gemm_ms) / 1.5:11.4f}")
 
 # %% [markdown]
 # ## The big layer: N=32, C=K=256, 56x56, 3x3, pad 1
@@ -485,27 +498,28 @@ else:
 #   the GEMM: the faster the GEMM, the larger im2col's share — with cuDNN's GEMM speed every
 #   layer would pass; with ours, the 64-channel layer does (see the stored H100 figures).
 # - **Small layers starve the machine, and stream-K feeds it** (the 14x14 layer, same run): one
-#   block per tile 0.309 ms, split-K 4 0.280, stream-K 0.210 — every SM busy to the end. The
-#   28x28 layer went the same way, and its implicit GEMM from 0.291 ms (25 TFLOP/s, last stored run)
-#   to 0.220 (34 TFLOP/s).
+#   block per tile 0.326 ms, split-K 4 0.277, stream-K 0.204 — every SM busy to the end. The
+#   28x28 layer went the same way: its implicit GEMM from 0.291 ms (25 TFLOP/s, before stream-K)
+#   to 0.216 (34 TFLOP/s).
 # - **What moved the GEMM** (4096³, same run): the interleaved 128x128 tile 23.9 TFLOP/s, the wide
 #   tile with prefetch 33.9 (16-byte fragments), the 128-thread 8x16 tile with BK = 16 **42.5
-#   (0.83 of cuBLAS FP32)**. The 256-thread tiles stay at 128 registers a thread (2 blocks of 256
+#   (0.825 of cuBLAS FP32)**. The 256-thread tiles stay at 128 registers a thread (2 blocks of 256
 #   per SM) and spill (`local bytes` above); at 128 threads a thread has 255, and 8x16 outputs
-#   need 6 shared loads per 128 FMAs. The big layer's implicit GEMM: 37.5 TFLOP/s, 0.86 of cuDNN.
-#   What separates it from cuBLAS: every index is 64-bit arithmetic, NVVM (not us) allocates the
-#   registers, and 8 warps per SM leave little to hide a barrier's stall.
-# - **Why 128 and 256 channels still miss the 1.5x** (the bar table: 1.43 and 1.34). The ratio is
-#   (t_im2col + t_GEMM) / t_implicit. The implicit kernel is the GEMM plus its gather, and the gather
-#   costs: about 14 instructions per B element (the tap bit test and the address are 64-bit
-#   shifts and adds in the SASS) where the GEMM loads 4 elements with one 16-byte load; measured on
-#   the H100 in a scratch run with this tile, the 28x28 layer's GEMM alone takes 0.192 ms and the
-#   implicit one 0.215. So 1.5 on the 28x28 layer needs the implicit kernel at (0.12 + 0.19) / 1.5
-#   = 0.21 ms (we are at 0.22), and on the 14x14 layer, whose im2col is only 0.094 ms, at 0.19 ms:
-#   faster than our GEMM without any gather. Speeding the GEMM up raises both paths together;
-#   what would move the ratio is a cheaper gather (32-bit offsets, a 32-bit tap mask for filters
-#   of up to 32 taps). cuDNN's effective rate on these layers (above cuBLAS's 51.5 on the big
-#   GEMM) means fewer FLOPs than the 2·N·K·P·Q·C·R·S we count: Winograd, for instance.
+#   need 6 shared loads per 128 FMAs. The big layer's implicit GEMM: 37.7 TFLOP/s, 0.86 of cuDNN.
+#   What separates it from cuBLAS: NVVM (not us) allocates the registers and schedules the loads,
+#   and 8 warps per SM leave little to hide a barrier's stall.
+# - **Why 128 and 256 channels still miss the 1.5x** (1.43 and 1.45). The table under "Where the
+#   explicit path's time goes" has the whole argument. On the 28x28 layer 1.5 needs the implicit
+#   kernel at 0.203 ms: the GEMM alone takes 0.186 and the implicit 0.216, so the gather costs
+#   0.029 ms there. On the 14x14 layer the tile that suits the implicit kernel best (16x8) has a
+#   slower GEMM (0.202 ms) whose gather costs only 0.005 — and even a gather costing nothing would
+#   give (0.096 + 0.202) / 0.202 = 1.47: im2col is less than half the GEMM there, so 1.5 needs
+#   the GEMM core itself faster. Making the gather cheaper moved little: with 64-bit table words
+#   and addresses it took 13 SASS instructions per element, with the 32-bit ones above 5, and the
+#   two layers went from 0.220 / 0.2145 ms to 0.216 / 0.207. What is left of the gather's cost is
+#   waiting: every depth step, the warp loads the table's 16 entries and cannot issue a single
+#   gather load until they arrive. cuDNN's effective rate on these layers (above cuBLAS's 51.5 on
+#   the big GEMM) means fewer FLOPs than the 2·N·K·P·Q·C·R·S we count: Winograd, for instance.
 
 # %%
 chapter.save()

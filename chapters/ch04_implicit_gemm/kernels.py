@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from workbook import ON_GPU
 from workbook.inputs import require, sm_count
 from workbook.launch import LaunchCache
-from workbook.memory import (aligned, atomic_add4, load4, load16, shared_load4, shared_store4, store4,
+from workbook.memory import (aligned, atomic_add4, load4, shared_load4, shared_store4, store4,
                              vector_atomics)
 
 # ---------------------------------------------------------------------------------------------
@@ -192,28 +192,41 @@ def _device_table(g):
 
 # The implicit GEMM goes one step further (CUTLASS's "optimized" iterator does the same): its bounds
 # test depends on (r, s) and on the thread's column only, so each thread computes once which of the
-# R*S filter taps land on the image for its column: a bit mask, `on_image`. Each row of the table is
-# then one int64, (row offset << 6) | (r*S + s), and the loader's test is one shift and one AND.
-# Six bits of tap index: at most 63 taps (up to 7x7 filters); tap 63 marks the padding rows that
-# round the table up to whole depth steps.
+# R*S filter taps land on the image for its column: a bit mask, `on_image`, bit r*S + s. Each row of
+# the table is then two 32-bit words, the row's x offset and, for a filter of at most 32 taps (3x3,
+# 5x5), the row's bit itself (1 << r*S + s): the loader's test is one AND of two 32-bit words. A
+# larger filter (up to 7x7) needs a 64-bit mask: its table holds the tap r*S + s, and the test is a
+# 64-bit shift and an AND (four instructions instead of one; the kernel is compiled for one or the
+# other). Padding rows, which round the table up to whole depth steps, are never on the image: bit 0,
+# or tap 63, a bit no 7x7 mask sets.
 
 MAX_TAPS = 63
 TABLE_ALIGN = 32  # rows: a multiple of every tile's BK
 
 
+def tap_bits(g):
+    """The width of the on_image mask for geometry g: 32 or 64 bits."""
+    return 32 if g.R * g.S <= 32 else 64
+
+
 def tap_table(g):
-    """int64 (C*R*S rounded up to 32): (x offset of row (c, r, s)) << 6 | (r*S + s); pad rows: tap 63."""
-    offsets = offset_table(g)[0].astype(np.int64)
-    taps = np.tile(np.arange(g.R * g.S, dtype=np.int64), g.C)  # rows are c-major: (c, r, s)
+    """uint32 (C*R*S rounded up to 32, 2): row (c, r, s)'s x offset, and its bit 1 << r*S + s
+    (tap_bits(g) == 32) or its tap r*S + s (64). Padding rows: bit 0, or tap 63."""
     rows = -(-g.gemm_depth // TABLE_ALIGN) * TABLE_ALIGN
-    table = np.full(rows, MAX_TAPS, dtype=np.int64)
-    table[: g.gemm_depth] = offsets << 6 | taps
+    taps = np.tile(np.arange(g.R * g.S, dtype=np.uint64), g.C)  # rows are c-major: (c, r, s)
+    table = np.zeros((rows, 2), dtype=np.uint32)
+    table[: g.gemm_depth, 0] = offset_table(g)[0]
+    if tap_bits(g) == 32:
+        table[: g.gemm_depth, 1] = np.uint64(1) << taps
+    else:
+        table[: g.gemm_depth, 1] = taps
+        table[g.gemm_depth:, 1] = MAX_TAPS
     return table
 
 
 @lru_cache(maxsize=64)
 def _device_tap_table(g):
-    return cuda.to_device(tap_table(g))
+    return cuda.to_device(tap_table(g).reshape(-1))  # flat: entries are read 16 bytes (two rows) at a time
 
 
 @cuda.jit(device=True)
@@ -327,13 +340,14 @@ U64 = np.uint64
 
 
 @lru_cache(maxsize=None)
-def make_kernels(tile, quads=False, quad_outputs=False):
+def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
     """Compile-time tile sizes -> (gemm_kernel, implicit_conv_kernel) with that tiling.
 
     quads: the GEMM kernel loads its A and B tiles from global memory 16 bytes at a time (load4);
     the caller checked that the rows of a and b are whole, 16-byte aligned quads.
     quad_outputs: a wide tile writes its outputs 16 bytes at a time (store4, atomic_add4); the caller
     checked that PQ % 4 == 0, that c is 16-byte aligned, and that the GPU has vector atomics.
+    tap_word: the bits of the implicit GEMM's on_image mask, tap_bits(g): 32 or 64.
     """
     BM, BN, BK, TM, TN = tile.BM, tile.BN, tile.BK, tile.TM, tile.TN
     TY, TX = BM // TM, BN // TN
@@ -353,6 +367,7 @@ def make_kernels(tile, quads=False, quad_outputs=False):
     if (BK * BN // THREADS) % 2:
         raise ValueError(f"tile {tile}: the implicit GEMM gathers B rows in pairs: BK*BN/threads must be even")
     PREFETCH = tile.prefetch
+    TapWord = {32: np.uint32, 64: np.uint64}[tap_word]
     WARP_TX = tile.warp_columns or min(TX, 32)
     WARPS_ACROSS = TX // WARP_TX  # warps side by side along a row of the thread grid
     if 32 % WARP_TX or TX % WARP_TX or (THREADS >= 32 and TY % (32 // WARP_TX)):
@@ -500,16 +515,21 @@ def make_kernels(tile, quads=False, quad_outputs=False):
     def gather_b_tile(x, taps_table, base, on_image, k, next_b):
         """B rows k .. k + B_LOADS - 1 of this thread's column, gathered from x: zeros off the image.
 
-        One table entry per row, the same for the whole warp (a broadcast): (x offset of row
-        (c, r, s)) << 6 | tap r*S + s; padding rows carry tap 63, never on the image. The rows are
-        consecutive, so their entries come two per 16-byte load."""
+        Row k's table entry (x offset, bit or tap), the same for the whole warp (a broadcast), is
+        taps_table[2k], [2k + 1]; the rows are consecutive, so their entries come two per 16-byte
+        load. x offsets are 32-bit (the wrapper checked that x has fewer than 2^31 elements): one
+        32-bit add, and the address is one multiply-add, x + 4 * offset."""
         for pair in range(B_LOADS // 2):
-            entries = load16(taps_table, U64(k + 2 * pair))
+            entries = load4(taps_table, U64(2 * (k + 2 * pair)))
             for half in range(2):
-                entry = entries[half]
+                offset, bit_or_tap = entries[2 * half], entries[2 * half + 1]
+                if tap_word == 32:  # the entry is the row's bit: one 32-bit AND
+                    on = on_image & bit_or_tap
+                else:
+                    on = (on_image >> bit_or_tap) & TapWord(1)
                 value = float32(0)
-                if (on_image >> (entry & 63)) & 1:  # predicate: padding reads as zero
-                    value = x[U64(base + (entry >> 6))]
+                if on:  # predicate: padding reads as zero
+                    value = x[U64(np.uint32(U64(base) + U64(offset)))]  # the 32-bit sum wraps to the offset
                 next_b[2 * pair + half] = value
 
     @cuda.jit(**inline)
@@ -632,6 +652,7 @@ def make_kernels(tile, quads=False, quad_outputs=False):
             # of the R*S filter taps fall on the image for it (bit r*S + s). Columns past the end:
             # no tap.
             base, h0, w0 = column_origin(col0 + bn, PQ, Q, sh, sw, ph, pw, W, CHW)
+            base = np.uint32(base & 0xFFFFFFFF)  # negative at a padded corner: mod 2^32, as the sum wraps
             on_image = 0
             if col0 + bn < NC:
                 for r in range(R):
@@ -639,6 +660,7 @@ def make_kernels(tile, quads=False, quad_outputs=False):
                         h, w = h0 + r * dh, w0 + s * dw
                         if h >= 0 and h < H and w >= 0 and w < W:
                             on_image |= 1 << (r * S + s)
+            on_image = TapWord(on_image)
 
             load_a_tile(a, row0, first * BK, t, next_a)
             gather_b_tile(x, taps_table, base, on_image, first * BK + bk * B_LOADS, next_b)
@@ -831,10 +853,13 @@ def conv2d_implicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=Non
     if g.R * g.S > MAX_TAPS:
         raise ValueError(f"implicit GEMM supports filters of at most {MAX_TAPS} taps (R*S), "
                          f"not {g.R}x{g.S}; use conv2d_explicit")
+    if x.size >= 2**31:
+        raise ValueError(f"implicit GEMM indexes x with 32-bit offsets: x has {x.size} elements, "
+                         "at most 2^31 - 1; use conv2d_explicit or a smaller batch")
     tile = _tile(tile)
     a = w.reshape(g.K, g.gemm_depth)
     # quads: the A tile (filters) only; B is gathered element by element
-    _, implicit_conv_kernel = make_kernels(tile, _quads(tile, a), _quad_outputs(tile, out, g.P * g.Q))
+    _, implicit_conv_kernel = make_kernels(tile, _quads(tile, a), _quad_outputs(tile, out, g.P * g.Q), tap_bits(g))
     _launch_gemm(implicit_conv_kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
                  out.reshape(g.N, g.K, g.P * g.Q), x.reshape(-1), a,
                  _device_tap_table(g), g.H, g.W, g.P * g.Q, g.Q, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
