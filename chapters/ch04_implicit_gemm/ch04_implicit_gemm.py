@@ -185,7 +185,9 @@ workbook.show(implicit_conv_kernel)
 # - **prefetch**: row kk+1's fragments are loaded into a second set of registers before row kk's
 #   FMAs, so the FMAs never wait for shared memory. The loop is unrolled by two by hand: NVVM
 #   leaves a loop of 512 FMAs rolled, and a register array indexed by `kk % 2` must then live in
-#   local memory (measured: 7 TFLOP/s, five times slower, with 384 bytes of local memory).
+#   local memory (measured: 7 TFLOP/s, five times slower, with 384 bytes of local memory). Its last
+#   pair is peeled off and its trips counted in 32 bits, so that the loop carries as few
+#   instructions as possible besides its FMAs (`multiply_tile`'s docstring counts them).
 #
 # Same source, one switch: `Tile(..., wide=True, prefetch=True)`; the simulator runs a 16x32 wide
 # tile through the same code.
@@ -498,28 +500,33 @@ else:
 #   the GEMM: the faster the GEMM, the larger im2col's share — with cuDNN's GEMM speed every
 #   layer would pass; with ours, the 64-channel layer does (see the stored H100 figures).
 # - **Small layers starve the machine, and stream-K feeds it** (the 14x14 layer, same run): one
-#   block per tile 0.326 ms, split-K 4 0.277, stream-K 0.204 — every SM busy to the end. The
+#   block per tile 0.290 ms, split-K 4 0.263, stream-K 0.193 — every SM busy to the end. The
 #   28x28 layer went the same way: its implicit GEMM from 0.291 ms (25 TFLOP/s, before stream-K)
-#   to 0.216 (34 TFLOP/s).
-# - **What moved the GEMM** (4096³, same run): the interleaved 128x128 tile 23.9 TFLOP/s, the wide
-#   tile with prefetch 33.9 (16-byte fragments), the 128-thread 8x16 tile with BK = 16 **42.5
-#   (0.825 of cuBLAS FP32)**. The 256-thread tiles stay at 128 registers a thread (2 blocks of 256
-#   per SM) and spill (`local bytes` above); at 128 threads a thread has 255, and 8x16 outputs
-#   need 6 shared loads per 128 FMAs. The big layer's implicit GEMM: 37.7 TFLOP/s, 0.86 of cuDNN.
-#   What separates it from cuBLAS: NVVM (not us) allocates the registers and schedules the loads,
-#   and 8 warps per SM leave little to hide a barrier's stall.
-# - **Why 128 and 256 channels still miss the 1.5x** (1.43 and 1.45). The table under "Where the
-#   explicit path's time goes" has the whole argument. On the 28x28 layer 1.5 needs the implicit
-#   kernel at 0.203 ms: the GEMM alone takes 0.186 and the implicit 0.216, so the gather costs
-#   0.029 ms there. On the 14x14 layer the tile that suits the implicit kernel best (16x8) has a
-#   slower GEMM (0.202 ms) whose gather costs only 0.005 — and even a gather costing nothing would
-#   give (0.096 + 0.202) / 0.202 = 1.47: im2col is less than half the GEMM there, so 1.5 needs
-#   the GEMM core itself faster. Making the gather cheaper moved little: with 64-bit table words
-#   and addresses it took 13 SASS instructions per element, with the 32-bit ones above 5, and the
-#   two layers went from 0.220 / 0.2145 ms to 0.216 / 0.207. What is left of the gather's cost is
-#   waiting: every depth step, the warp loads the table's 16 entries and cannot issue a single
-#   gather load until they arrive. cuDNN's effective rate on these layers (above cuBLAS's 51.5 on
-#   the big GEMM) means fewer FLOPs than the 2·N·K·P·Q·C·R·S we count: Winograd, for instance.
+#   to 0.203 (36 TFLOP/s).
+# - **What moved the GEMM** (4096³, same run): the interleaved 128x128 tile 26.6 TFLOP/s, the wide
+#   tile with prefetch 35.8 (16-byte fragments), the 128-thread 16x8 tile with BK = 16 **44.5
+#   (0.864 of cuBLAS FP32's 51.5)**. The 256-thread tiles stay at 128 registers a thread (2 blocks
+#   of 256 per SM) and spill (`local bytes` above); at 128 threads a thread has 255, and 8x16
+#   outputs need 6 shared loads per 128 FMAs. The last 4% came from the instructions around the
+#   FMAs, read in the SASS: shared-tile stores with unsigned indices (one address plus constant
+#   offsets: 69 instructions per depth step fewer in the GEMM, 155 in the implicit kernel) and the
+#   FMA loop's own overhead (`multiply_tile`: 19 instructions per 256 FMAs down to 10). The big
+#   layer's implicit GEMM: 40.2 TFLOP/s, 0.92 of cuDNN. What still separates it from cuBLAS: NVVM
+#   (not us) allocates the registers and schedules the loads, a loop of 256 FMAs still carries
+#   22 other instructions, and 8 warps per SM leave little to hide a barrier's stall.
+# - **Why 256 channels still misses the 1.5x** (1.45; 28x28 makes it at 1.50, its spread
+#   1.498-1.511 over the runs). The table under "Where the explicit path's time goes" has the
+#   argument: on the 14x14 layer 1.5 needs the implicit kernel at 0.187 ms; the GEMM alone takes
+#   0.184 and the implicit 0.195, so the gather costs 0.011 ms (6%) and must almost vanish. Its
+#   instructions are not the cost: with 64-bit table words and addresses it took 13 SASS
+#   instructions per element, with the 32-bit ones above 5, and the layers moved by 2-3%. What is
+#   left is waiting: every depth step, right after the syncthreads, the warp loads the table's 16
+#   entries and cannot issue a gather load until they arrive (a scratch kernel computing the
+#   entries instead of loading them ran 5% faster, but gathers the wrong elements). Hiding that
+#   wait needs the entries loaded a step early, 32 more registers a thread than the 255 it has:
+#   every such variant spilled and ran slower. cuDNN's effective rate on these layers (above
+#   cuBLAS's 51.5 on the big GEMM) means fewer FLOPs than the 2·N·K·P·Q·C·R·S we count:
+#   Winograd, for instance.
 
 # %%
 chapter.save()
