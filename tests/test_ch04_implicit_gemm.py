@@ -289,3 +289,5 @@ def test_gemm_bad_input_is_a_clear_error():
         k.gemm(a, b, cuda.device_array((4, 6), np.float64))
     with pytest.raises(ValueError, match="whole rows"):
         k.make_kernels(k.Tile(16, 16, 4, 3, 2))
+    with pytest.raises(ValueError, match="needs a wide tile"):
+        k.make_kernels(k.Tile(16, 32, 4, 2, 4, prefetch=True))

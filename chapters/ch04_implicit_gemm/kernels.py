@@ -366,6 +366,8 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
     if TM % G or TN % G or (BM * BK) % (V * THREADS) or (BK * BN) % (V * THREADS) or BK % V or (tile.prefetch and BK % 2):
         raise ValueError(f"tile {tile}: a wide tile needs TM, TN, BK multiples of 4 and whole quads per thread; "
                          "prefetch an even BK")
+    if tile.prefetch and not tile.wide:
+        raise ValueError(f"tile {tile}: prefetch reads 16-byte fragments (load_fragment_quads): it needs a wide tile")
     if (BK * BN // THREADS) % 2:
         raise ValueError(f"tile {tile}: the implicit GEMM gathers B rows in pairs: BK*BN/threads must be even")
     PREFETCH = tile.prefetch
@@ -403,8 +405,13 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
             for j in range(TN):
                 rb[slot, j] = b_k[TX * j]  # a warp reads 16 consecutive words: no bank conflict
         else:
-            load_fragment_quads(a_s, b_s, U64((buf * BK + kk) * A_PITCH + 4 * ty), U64((buf * BK + kk) * BN + 4 * tx),
-                                ra, rb, slot)
+            a_k, b_k = fragment_starts(buf, kk, ty, tx)
+            load_fragment_quads(a_s, b_s, a_k, b_k, ra, rb, slot)
+
+    @cuda.jit(**inline)
+    def fragment_starts(buf, kk, ty, tx):
+        """Flat indices of this thread's first A_s and B_s words in row kk of buffer buf (a wide tile)."""
+        return U64((buf * BK + kk) * A_PITCH + 4 * ty), U64((buf * BK + kk) * BN + 4 * tx)
 
     @cuda.jit(**inline)
     def load_fragment_quads(a_s, b_s, a_k, b_k, ra, rb, slot):
@@ -440,8 +447,7 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
                 load_fragments(a_s, b_s, buf, kk, ty, tx, ra, rb, 0)
                 rank1_update(acc, ra, rb, 0)
         else:
-            a_k = U64(buf * BK * A_PITCH + 4 * ty)  # row 0 of the buffer
-            b_k = U64(buf * BK * BN + 4 * tx)
+            a_k, b_k = fragment_starts(buf, 0, ty, tx)
             load_fragment_quads(a_s, b_s, a_k, b_k, ra, rb, 0)
             pair = np.uint32(0)
             while pair < np.uint32(BK // 2 - 1):
