@@ -60,11 +60,18 @@ def test_conv(conv, case):
                  name=conv.__name__)
 
 
+def test_cases_cover_both_table_formats():
+    fields = [k.tap_field(k.conv_geometry(xs, ws, stride, padding, dilation))
+              for _, xs, ws, stride, padding, dilation in CONV_CASES]
+    assert 0 in fields and any(fields)  # (offset, tap) pairs, and packed entries
+
+
+@pytest.mark.parametrize("case", [CONV_CASES[2], CONV_CASES[3]], ids=["3x3: packed table", "5x5: pairs"])
 @pytest.mark.parametrize("tile", list(k.TILES)[1:])
 @pytest.mark.parametrize("conv", CONVS, ids=lambda f: f.__name__)
-def test_conv_every_tile(conv, tile):
-    # The first tile is tested above; the others on one awkward case each.
-    _, xs, ws, stride, padding, dilation = CONV_CASES[3]
+def test_conv_every_tile(conv, tile, case):
+    # The first tile is tested above; the others on two awkward cases each, one per table format.
+    _, xs, ws, stride, padding, dilation = case
     x, w = data(xs, 1), data(ws, 2)
     out, g = run_conv(conv, x, w, stride, padding, dilation, tile=tile)
     rtol, atol = k.tolerance(g.gemm_depth)
@@ -208,19 +215,28 @@ def test_offset_table_has_no_division_left():
     assert tuple(table[:, crs]) == (c * g.H * g.W + r * g.dh * g.W + s * g.dw, r * g.dh, s * g.dw)
 
 
-@pytest.mark.parametrize("filter_, bits", [((3, 2), 32), ((4, 8), 32), ((3, 11), 64), ((7, 7), 64)])
-def test_tap_table(filter_, bits):
-    g = k.conv_geometry((1, 3, 16, 17), (2, 3, *filter_), 1, 1, (2, 1))
+@pytest.mark.parametrize("x_shape, filter_, packed", [
+    ((1, 3, 16, 17), (3, 2), True),  # 6 taps: offsets up to 2^26
+    ((1, 3, 16, 17), (3, 3), True),
+    ((1, 3, 2048, 2048), (3, 3), False),  # 3x3 leaves 23 bits; this image's offsets need 24
+    ((1, 3, 16, 17), (4, 8), False),  # 32 taps leave no room for an offset
+    ((1, 3, 16, 17), (7, 7), False),
+])
+def test_tap_table(x_shape, filter_, packed):
+    g = k.conv_geometry(x_shape, (2, x_shape[1], *filter_), 1, 1, (2, 1))
     table = k.tap_table(g)
-    assert k.tap_bits(g) == bits
-    assert table.dtype == np.uint32 and table.shape[1] == 2
-    assert len(table) % k.TABLE_ALIGN == 0 and len(table) >= g.gemm_depth
-    np.testing.assert_array_equal(table[: g.gemm_depth, 0], k.offset_table(g)[0])
-    taps = np.tile(np.arange(g.R * g.S), g.C)  # rows are c-major: (c, r, s)
-    if bits == 32:  # the row's bit; padding rows bit 0: never on the image
-        np.testing.assert_array_equal(table[: g.gemm_depth, 1], (np.uint64(1) << taps.astype(np.uint64)))
-        assert (table[g.gemm_depth:, 1] == 0).all()
-    else:  # the row's tap; padding rows tap 63, a bit no mask sets
+    offsets = k.offset_table(g)[0].astype(np.uint64)
+    taps = np.tile(np.arange(g.R * g.S, dtype=np.uint64), g.C)  # rows are c-major: (c, r, s)
+    assert table.dtype == np.uint32 and len(table) % k.TABLE_ALIGN == 0 and len(table) >= g.gemm_depth
+    assert k.tap_field(g) == (g.R * g.S if packed else 0)
+    if packed:  # offset << R*S | the row's bit; padding rows 0: never on the image
+        assert table.ndim == 1 and offsets.max() < 2 ** (32 - g.R * g.S)
+        np.testing.assert_array_equal(table[: g.gemm_depth] >> (g.R * g.S), offsets)
+        np.testing.assert_array_equal(table[: g.gemm_depth] & ((1 << g.R * g.S) - 1), np.uint64(1) << taps)
+        assert (table[g.gemm_depth:] == 0).all()
+    else:  # (offset, tap); padding rows tap 63, a bit no mask sets
+        assert table.shape[1] == 2
+        np.testing.assert_array_equal(table[: g.gemm_depth, 0], offsets)
         np.testing.assert_array_equal(table[: g.gemm_depth, 1], taps)
         assert (table[g.gemm_depth:, 1] == k.MAX_TAPS).all()
 

@@ -96,12 +96,14 @@ def device_data(shape, seed):
 # integers into a 64-bit division, dozens of instructions). The implicit kernel goes one step
 # further, as CUTLASS's "optimized" iterator does: whether tap (r, s) of the filter lands on the
 # image depends only on the thread's column, so each thread computes that once, as a bit mask
-# `on_image` (bit r·S + s), and each table row is two 32-bit words: the row offset and the row's
-# bit, `1 << r·S + s` (for filters of up to 32 taps; a 7x7 filter's mask is 64-bit and its table
-# holds the tap number). Loading an element is then: read the row's two words (the same for the
-# whole warp), AND the bit with `on_image`, load `x[base + offset]` or take 0. The offsets are
-# 32-bit, so the sum is one 32-bit add and the address one multiply-add (`x + 4·offset`); with
-# 64-bit words the same gather took 13 SASS instructions per element, now 5.
+# `on_image` (bit r·S + s), and each table row is one 32-bit word that packs the row offset and
+# the row's bit: `offset << R·S | 1 << r·S + s`. Loading an element is then: read the row's word
+# (the same for the whole warp), AND it with `on_image`, and load `x[base + (word >> R·S)]` or take
+# 0. The offsets are 32-bit: the shift and the sum are one instruction (`LEA.HI`), the address one
+# multiply-add (`x + 4·offset`); with 64-bit words the same gather took 13 SASS instructions per
+# element. A 3x3 filter leaves 23 bits for the offset (8M elements per image); where the taps and
+# the offset do not fit in 32 bits (a 7x7 filter, a huge image), a row takes two words, the offset
+# and the tap number, tested against a 64-bit mask.
 #
 # Here is the mapping on a tiny case, one channel, a 4x4 image numbered 0..15, a 3x3 filter,
 # padding 1: column (p, q) = (0, 0) of X is the window at the top-left corner, half off the image.
@@ -115,9 +117,11 @@ print("first 6 columns (windows at p=0, q=0..3 and p=1, q=0..1); 0 = padding:")
 print(X[:, :6].astype(int))
 print("offset table (row offset, r*dh, s*dw) per row (c, r, s), for im2col:")
 print(k.offset_table(tiny))
+field = k.tap_field(tiny)  # R*S = 9 bits of taps, 23 of offset
 table = k.tap_table(tiny)[: tiny.gemm_depth]
-print("tap table (row offset, 1 << r*S + s) per row, for implicit GEMM:")
-print(table.T)
+print(f"tap table for implicit GEMM, one word per row (c, r, s): offset << {field} | 1 << r*S + s")
+print("offset:", table >> field)
+print("bit:   ", table & ((1 << field) - 1))
 
 # %% [markdown]
 # ## The NumPy reference
@@ -511,20 +515,28 @@ else:
 #   FMAs, read in the SASS: shared-tile stores with unsigned indices (one address plus constant
 #   offsets: 69 instructions per depth step fewer in the GEMM, 155 in the implicit kernel) and the
 #   FMA loop's own overhead (`multiply_tile`: 19 instructions per 256 FMAs down to 10). The big
-#   layer's implicit GEMM: 40.2 TFLOP/s, 0.92 of cuDNN. What still separates it from cuBLAS: NVVM
+#   layer's implicit GEMM: 43.4 TFLOP/s, 0.99 of cuDNN. What still separates it from cuBLAS: NVVM
 #   (not us) allocates the registers and schedules the loads, a loop of 256 FMAs still carries
 #   22 other instructions, and 8 warps per SM leave little to hide a barrier's stall.
-# - **Why 256 channels still misses the 1.5x** (1.45; 28x28 makes it at 1.50, its spread
-#   1.498-1.511 over the runs). The table under "Where the explicit path's time goes" has the
-#   argument: on the 14x14 layer 1.5 needs the implicit kernel at 0.187 ms; the GEMM alone takes
-#   0.184 and the implicit 0.195, so the gather costs 0.011 ms (6%) and must almost vanish. Its
-#   instructions are not the cost: with 64-bit table words and addresses it took 13 SASS
-#   instructions per element, with the 32-bit ones above 5, and the layers moved by 2-3%. What is
-#   left is waiting: every depth step, right after the syncthreads, the warp loads the table's 16
-#   entries and cannot issue a gather load until they arrive (a scratch kernel computing the
-#   entries instead of loading them ran 5% faster, but gathers the wrong elements). Hiding that
-#   wait needs the entries loaded a step early, 32 more registers a thread than the 255 it has:
-#   every such variant spilled and ran slower. cuDNN's effective rate on these layers (above
+# - **The gather's wait, hidden** (same run). Right after the syncthreads, every depth step, a warp
+#   loaded its 16 table entries and could not issue a gather until they arrived; with the 8x16
+#   tile's 255 registers there was no room for 32 words of (offset, bit) pairs loaded earlier
+#   (every such variant spilled and ran slower). Packing a row's offset and bit into one word
+#   (`tap_table`) halves that to 16 registers, and the packed entries are loaded before the tile
+#   stores and the barrier, where their wait overlaps the barrier's: 28x28 from 1.50 to **1.59**,
+#   64 channels from 1.96 to 2.16, the big layer from 0.92 to 0.99 of cuDNN.
+# - **Why 256 channels still misses the 1.5x** (1.45). The table under "Where the explicit path's
+#   time goes" has the argument: on the 14x14 layer 1.5 needs the implicit kernel at 0.181 ms; the
+#   GEMM alone takes 0.176 and the implicit 0.190, so the gather costs 0.014 ms (8%) and must
+#   almost vanish. It is not the instruction count: per depth step a thread issues 2,048 FMAs and
+#   397 other instructions in the implicit kernel, 366 in the GEMM (SASS of the 16x8 tile). It is
+#   waiting: Nsight Compute (`ncu --section WarpStateStats --section SchedulerStats --section
+#   SourceCounters`) has the schedulers issuing in 74% of cycles against the GEMM's 77%, and the
+#   extra stalls at the barrier (warps that finished their gathers wait for those that have not),
+#   on the first shared loads after it, and on each gather's dependent chain (test, offset,
+#   address, load) that 2 warps per scheduler cannot hide. A scratch kernel loading contiguous
+#   elements instead of gathering (a wrong answer, timed only) ran 0.174 ms, faster than the
+#   GEMM: a perfect gather would pass at 1.57x. cuDNN's effective rate on these layers (above
 #   cuBLAS's 51.5 on the big GEMM) means fewer FLOPs than the 2·N·K·P·Q·C·R·S we count:
 #   Winograd, for instance.
 

@@ -12,13 +12,12 @@ implicit path runs the same GEMM but computes each X element's address when it l
 Every kernel here is what the chapter shows and what tests/test_ch04_implicit_gemm.py tests.
 """
 
-import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, uint32
 from numpy.lib.stride_tricks import sliding_window_view
 
 from workbook import ON_GPU
@@ -192,41 +191,52 @@ def _device_table(g):
 
 # The implicit GEMM goes one step further (CUTLASS's "optimized" iterator does the same): its bounds
 # test depends on (r, s) and on the thread's column only, so each thread computes once which of the
-# R*S filter taps land on the image for its column: a bit mask, `on_image`, bit r*S + s. Each row of
-# the table is then two 32-bit words, the row's x offset and, for a filter of at most 32 taps (3x3,
-# 5x5), the row's bit itself (1 << r*S + s): the loader's test is one AND of two 32-bit words. A
-# larger filter (up to 7x7) needs a 64-bit mask: its table holds the tap r*S + s, and the test is a
-# 64-bit shift and an AND (four instructions instead of one; the kernel is compiled for one or the
-# other). Padding rows, which round the table up to whole depth steps, are never on the image: bit 0,
-# or tap 63, a bit no 7x7 mask sets.
+# R*S filter taps land on the image for its column: a bit mask, `on_image`, bit r*S + s. A row of the
+# table then packs the row's x offset and the row's bit into one 32-bit word,
+#
+#     entry = offset << R*S  |  1 << (r*S + s)          padding rows: 0, never on the image
+#
+# and the loader's test is one AND with on_image, its offset one shift, entry >> R*S (ptxas folds
+# the shift and the column base's add into one LEA.HI). One word, not two, matters for where the
+# entries can be loaded (see implicit_conv_kernel). It needs the taps and the largest offset to
+# share the 32 bits: a 3x3 filter leaves 23 bits, up to 8M elements per image. Otherwise (a 7x7
+# filter, a huge image) a row takes two words, its offset and its tap r*S + s, and the test is a
+# 64-bit shift and AND against a 64-bit mask: the "pairs" table (padding rows: tap 63, a bit no 7x7
+# mask sets). Padding rows round the table up to whole depth steps.
 
 MAX_TAPS = 63
 TABLE_ALIGN = 32  # rows: a multiple of every tile's BK
 
 
-def tap_bits(g):
-    """The width of the on_image mask for geometry g: 32 or 64 bits."""
-    return 32 if g.R * g.S <= 32 else 64
+def tap_field(g):
+    """The table format for geometry g: R*S, the bits of a packed entry's tap field, when the taps
+    and the largest x offset fit in 32 bits; else 0, a table of (offset, tap) pairs."""
+    taps = g.R * g.S
+    largest_offset = (g.C - 1) * g.H * g.W + (g.R - 1) * g.dh * g.W + (g.S - 1) * g.dw
+    return taps if taps < 32 and largest_offset < 1 << (32 - taps) else 0
 
 
 def tap_table(g):
-    """uint32 (C*R*S rounded up to 32, 2): row (c, r, s)'s x offset, and its bit 1 << r*S + s
-    (tap_bits(g) == 32) or its tap r*S + s (64). Padding rows: bit 0, or tap 63."""
+    """uint32 per GEMM row (c, r, s), C*R*S rows rounded up to TABLE_ALIGN: packed entries
+    offset << R*S | 1 << r*S + s, shape (rows,), if tap_field(g); else pairs (offset, r*S + s),
+    shape (rows, 2)."""
     rows = -(-g.gemm_depth // TABLE_ALIGN) * TABLE_ALIGN
     taps = np.tile(np.arange(g.R * g.S, dtype=np.uint64), g.C)  # rows are c-major: (c, r, s)
-    table = np.zeros((rows, 2), dtype=np.uint32)
-    table[: g.gemm_depth, 0] = offset_table(g)[0]
-    if tap_bits(g) == 32:
-        table[: g.gemm_depth, 1] = np.uint64(1) << taps
+    offsets = offset_table(g)[0].astype(np.uint64)
+    field = tap_field(g)
+    if field:
+        table = np.zeros(rows, dtype=np.uint32)
+        table[: g.gemm_depth] = (offsets << np.uint64(field)) | (np.uint64(1) << taps)
     else:
+        table = np.full((rows, 2), (0, MAX_TAPS), dtype=np.uint32)
+        table[: g.gemm_depth, 0] = offsets
         table[: g.gemm_depth, 1] = taps
-        table[g.gemm_depth:, 1] = MAX_TAPS
     return table
 
 
 @lru_cache(maxsize=64)
 def _device_tap_table(g):
-    return cuda.to_device(tap_table(g).reshape(-1))  # flat: entries are read 16 bytes (two rows) at a time
+    return cuda.to_device(tap_table(g).reshape(-1))  # flat: entries are read 16 bytes at a time
 
 
 @cuda.jit(device=True)
@@ -341,15 +351,19 @@ DEFAULT_TILE = next(iter(TILES.values()))
 U64 = np.uint64
 
 
+_made = {}  # tile -> {(quads, quad_outputs, tap_field): its two kernels}, for resources()
+
+
 @lru_cache(maxsize=None)
-def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
+def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
     """Compile-time tile sizes -> (gemm_kernel, implicit_conv_kernel) with that tiling.
 
     quads: the GEMM kernel loads its A and B tiles from global memory 16 bytes at a time (load4);
     the caller checked that the rows of a and b are whole, 16-byte aligned quads.
     quad_outputs: a wide tile writes its outputs 16 bytes at a time (store4, atomic_add4); the caller
     checked that PQ % 4 == 0, that c is 16-byte aligned, and that the GPU has vector atomics.
-    tap_word: the bits of the implicit GEMM's on_image mask, tap_bits(g): 32 or 64.
+    tap_field: the implicit GEMM's table format, tap_field(g): R*S for packed entries (one 32-bit
+    word per row, a 32-bit on_image mask), 0 for (offset, tap) pairs (a 64-bit mask).
     """
     BM, BN, BK, TM, TN = tile.BM, tile.BN, tile.BK, tile.TM, tile.TN
     TY, TX = BM // TM, BN // TN
@@ -371,7 +385,8 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
     if (BK * BN // THREADS) % 2:
         raise ValueError(f"tile {tile}: the implicit GEMM gathers B rows in pairs: BK*BN/threads must be even")
     PREFETCH = tile.prefetch
-    TapWord = {32: np.uint32, 64: np.uint64}[tap_word]
+    TapWord = np.uint32 if tap_field else np.uint64  # the on_image mask
+    FIELD = np.uint32(tap_field)
     WARP_TX = tile.warp_columns or min(TX, 32)
     WARPS_ACROSS = TX // WARP_TX  # warps side by side along a row of the thread grid
     if 32 % WARP_TX or TX % WARP_TX or (THREADS >= 32 and TY % (32 // WARP_TX)):
@@ -381,6 +396,8 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
     B_LOADS, B_STEP = BK * BN // THREADS, THREADS // BN
     A_QUADS, A_QUAD_STEP = A_LOADS // V, THREADS * V // BK  # the same, one quad per load
     B_QUADS, B_QUAD_STEP = B_LOADS // V, THREADS * V // BN
+    ROW_WORDS = 1 if tap_field else 2  # the implicit GEMM's table words per GEMM row
+    ENTRY_WORDS = ROW_WORDS * B_LOADS  # and for the B rows a thread gathers in one step
     # A_s row padding: a warp stores 32/BK consecutive rows of A into BK rows of A_s; a row pitch of
     # BM + 32/BK words puts those 32 stores into 32 different banks. A wide tile reads A_s rows 16
     # bytes at a time, so its pitch stays a multiple of 4 words.
@@ -537,25 +554,37 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
                               (next_b[4 * l], next_b[4 * l + 1], next_b[4 * l + 2], next_b[4 * l + 3]))
 
     @cuda.jit(**inline)
-    def gather_b_tile(x, taps_table, base, on_image, k, next_b):
-        """B rows k .. k + B_LOADS - 1 of this thread's column, gathered from x: zeros off the image.
+    def load_tap_entries(taps_table, k, entries):
+        """The table entries of B rows k .. k + B_LOADS - 1 into entries (ENTRY_WORDS words).
 
-        Row k's table entry (x offset, bit or tap), the same for the whole warp (a broadcast), is
-        taps_table[2k], [2k + 1]; the rows are consecutive, so their entries come two per 16-byte
-        load. x offsets are 32-bit (the wrapper checked that x has fewer than 2^31 elements): one
-        32-bit add, and the address is one multiply-add, x + 4 * offset."""
-        for pair in range(B_LOADS // 2):
-            entries = load4(taps_table, U64(2 * (k + 2 * pair)))
-            for half in range(2):
-                offset, bit_or_tap = entries[2 * half], entries[2 * half + 1]
-                if tap_word == 32:  # the entry is the row's bit: one 32-bit AND
-                    on = on_image & bit_or_tap
-                else:
-                    on = (on_image >> bit_or_tap) & TapWord(1)
-                value = float32(0)
-                if on:  # predicate: padding reads as zero
-                    value = x[U64(np.uint32(U64(base) + U64(offset)))]  # the 32-bit sum wraps to the offset
-                next_b[2 * pair + half] = value
+        The same for the whole warp (a broadcast); the rows are consecutive, so their entries come
+        16 bytes per load where they fill whole quads."""
+        if ENTRY_WORDS % 4 == 0:
+            for q in range(ENTRY_WORDS // 4):
+                (entries[4 * q], entries[4 * q + 1],
+                 entries[4 * q + 2], entries[4 * q + 3]) = load4(taps_table, U64(ROW_WORDS * k + 4 * q))
+        else:
+            for e in range(ENTRY_WORDS):
+                entries[e] = taps_table[U64(ROW_WORDS * k + e)]
+
+    @cuda.jit(**inline)
+    def gather_b_tile(x, entries, base, on_image, next_b):
+        """B rows k .. k + B_LOADS - 1 of this thread's column, gathered from x with their table
+        entries (load_tap_entries): zeros off the image.
+
+        x offsets are 32-bit (the wrapper checked that x has fewer than 2^31 elements): one 32-bit
+        add, and the address is one multiply-add, x + 4 * offset."""
+        for l in range(B_LOADS):
+            if tap_field:  # packed: one AND tests the row's bit, one shift extracts its offset
+                on = on_image & entries[l]
+                offset = entries[l] >> FIELD
+            else:  # pairs: the offset, and the tap's bit of a 64-bit mask
+                offset = entries[2 * l]
+                on = (on_image >> entries[2 * l + 1]) & TapWord(1)
+            value = float32(0)
+            if on:  # predicate: padding reads as zero
+                value = x[U64(np.uint32(U64(base) + U64(offset)))]  # the 32-bit sum wraps to the offset
+            next_b[l] = value
 
     @cuda.jit(**inline)
     def store_outputs(c, acc, row0, col0, ty, tx, M, NC, PQ, whole):
@@ -668,6 +697,7 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
         rb = cuda.local.array((2, TN), float32)
         next_a = cuda.local.array(A_LOADS, float32)
         next_b = cuda.local.array(B_LOADS, float32)
+        entries = cuda.local.array(ENTRY_WORDS, uint32)  # table entries of the B rows of a step
         bk, bn = t // BN, t % BN  # this thread gathers B[k0 + bk*B_LOADS + l, col0 + bn], l < B_LOADS
         tiles_across, steps = (NC + BN - 1) // BN, (KD + BK - 1) // BK
         unit, end = block_share(tiles_across * ((M + BM - 1) // BM), steps)
@@ -688,16 +718,25 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
             on_image = TapWord(on_image)
 
             load_a_tile(a, row0, first * BK, t, next_a)
-            gather_b_tile(x, taps_table, base, on_image, first * BK + bk * B_LOADS, next_b)
+            load_tap_entries(taps_table, first * BK + bk * B_LOADS, entries)
+            gather_b_tile(x, entries, base, on_image, next_b)
             for step in range(first, last):
                 buf = (step - first) & 1
+                # Packed entries are loaded before the tile stores and the barrier, so that they
+                # have arrived when the gathers need them (a gather cannot issue before its entry
+                # has). 16 more registers live across the barrier in the 128-thread tiles; the
+                # pairs' 32 would spill, so pairs are loaded where they are used.
+                if tap_field and step + 1 < last:
+                    load_tap_entries(taps_table, (step + 1) * BK + bk * B_LOADS, entries)
                 store_a_tile(a_s, buf, t, next_a)
                 for l in range(B_LOADS):
                     b_s[U64(buf), U64(bk * B_LOADS + l), U64(bn)] = next_b[l]
                 cuda.syncthreads()
                 if step + 1 < last:
                     load_a_tile(a, row0, (step + 1) * BK, t, next_a)
-                    gather_b_tile(x, taps_table, base, on_image, (step + 1) * BK + bk * B_LOADS, next_b)
+                    if not tap_field:
+                        load_tap_entries(taps_table, (step + 1) * BK + bk * B_LOADS, entries)
+                    gather_b_tile(x, entries, base, on_image, next_b)
                 multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
             epilogue(c, acc, row0, col0, ty, tx, M, NC, PQ, first == 0 and last == steps)
             unit += last - first
@@ -707,6 +746,7 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_word=32):
     gemm_kernel.parts = {"load_fragments": load_fragments, "multiply_tile": multiply_tile,
                          "output_row": output_row, "load_b_tile": load_b_tile, "block_share": block_share,
                          "store_output_quads": store_output_quads}
+    _made.setdefault(tile, {})[quads, quad_outputs, tap_field] = (gemm_kernel, implicit_conv_kernel)
     return gemm_kernel, implicit_conv_kernel
 
 
@@ -884,7 +924,7 @@ def conv2d_implicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=Non
     tile = _tile(tile)
     a = w.reshape(g.K, g.gemm_depth)
     # quads: the A tile (filters) only; B is gathered element by element
-    _, implicit_conv_kernel = make_kernels(tile, _quads(tile, a), _quad_outputs(tile, out, g.P * g.Q), tap_bits(g))
+    _, implicit_conv_kernel = make_kernels(tile, _quads(tile, a), _quad_outputs(tile, out, g.P * g.Q), tap_field(g))
     _launch_gemm(implicit_conv_kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
                  out.reshape(g.N, g.K, g.P * g.Q), x.reshape(-1), a,
                  _device_tap_table(g), g.H, g.W, g.P * g.Q, g.Q, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
@@ -916,19 +956,20 @@ def fastest_tile(run, repeats=7):
 
 
 def resources(tile):
-    """Registers per thread, local (spilled) bytes per thread, shared bytes per block, on a GPU."""
+    """Registers per thread, local (spilled) bytes per thread, shared bytes per block, on a GPU:
+    for each kernel made with this tile that has been compiled (launched)."""
     if not ON_GPU:
         return None
-    usage, tile = {}, _tile(tile)
-    for quads, quad_outputs in itertools.product((False, True), (False, True)):
-        if (quads and not _tile_takes_quads(tile)) or (quad_outputs and not tile.wide):
-            continue
-        for kernel in make_kernels(tile, quads, quad_outputs):
+    usage = {}
+    for (quads, quad_outputs, field), kernels in _made.get(_tile(tile), {}).items():
+        for kernel in kernels:
             if not kernel.overloads:  # not compiled yet: nothing launched it
                 continue
             compiled = next(iter(kernel.overloads.values()))  # one per argument types; all alike here
             name = kernel.py_func.__name__ + (", 16-byte global loads" if quads else "") + (
                 ", 16-byte outputs" if quad_outputs else "")
+            if kernel is kernels[1]:
+                name += f", packed table ({field}-bit taps)" if field else ", table of pairs"
             usage[name] = {"registers": compiled.regs_per_thread,
                            "local bytes": compiled.local_mem_per_thread,
                            "shared bytes": compiled.shared_mem_per_block}
