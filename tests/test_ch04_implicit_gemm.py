@@ -60,6 +60,18 @@ def test_conv(conv, case):
                  name=conv.__name__)
 
 
+@pytest.mark.parametrize("case", [CONV_CASES[2], CONV_CASES[3]], ids=["3x3: packed table", "5x5: pairs"])
+@pytest.mark.parametrize("conv", CONVS, ids=lambda f: f.__name__)
+def test_conv_tile_of_one_gathered_row_per_thread(conv, case):
+    # 32 threads for an 8-column B tile of 4 rows: each thread gathers one B row a step, its table
+    # entries one or two words, read one at a time (no whole 16-byte quad of them).
+    _, xs, ws, stride, padding, dilation = case
+    x, w = data(xs, 1), data(ws, 2)
+    out, g = run_conv(conv, x, w, stride, padding, dilation, tile=k.Tile(16, 8, 4, 2, 2))
+    rtol, atol = k.tolerance(g.gemm_depth)
+    assert_close(out, k.conv2d_reference(x, w, stride, padding, dilation), rtol=rtol, atol=atol)
+
+
 def test_cases_cover_both_table_formats():
     fields = [k.tap_field(k.conv_geometry(xs, ws, stride, padding, dilation))
               for _, xs, ws, stride, padding, dilation in CONV_CASES]

@@ -382,8 +382,6 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
                          "prefetch an even BK")
     if tile.prefetch and not tile.wide:
         raise ValueError(f"tile {tile}: prefetch reads 16-byte fragments (load_fragment_quads): it needs a wide tile")
-    if (BK * BN // THREADS) % 2:
-        raise ValueError(f"tile {tile}: the implicit GEMM gathers B rows in pairs: BK*BN/threads must be even")
     PREFETCH = tile.prefetch
     TapWord = np.uint32 if tap_field else np.uint64  # the on_image mask
     FIELD = np.uint32(tap_field)
@@ -398,6 +396,7 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
     B_QUADS, B_QUAD_STEP = B_LOADS // V, THREADS * V // BN
     ROW_WORDS = 1 if tap_field else 2  # the implicit GEMM's table words per GEMM row
     ENTRY_WORDS = ROW_WORDS * B_LOADS  # and for the B rows a thread gathers in one step
+    ENTRY_QUADS = ENTRY_WORDS % 4 == 0 and ROW_WORDS * BK % 4 == 0  # whole, 16-byte aligned quads
     # A_s row padding: a warp stores 32/BK consecutive rows of A into BK rows of A_s; a row pitch of
     # BM + 32/BK words puts those 32 stores into 32 different banks. A wide tile reads A_s rows 16
     # bytes at a time, so its pitch stays a multiple of 4 words.
@@ -558,8 +557,8 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
         """The table entries of B rows k .. k + B_LOADS - 1 into entries (ENTRY_WORDS words).
 
         The same for the whole warp (a broadcast); the rows are consecutive, so their entries come
-        16 bytes per load where they fill whole quads."""
-        if ENTRY_WORDS % 4 == 0:
+        16 bytes per load where they fill whole, aligned quads (ROW_WORDS * k a multiple of 4)."""
+        if ENTRY_QUADS:
             for q in range(ENTRY_WORDS // 4):
                 (entries[4 * q], entries[4 * q + 1],
                  entries[4 * q + 2], entries[4 * q + 3]) = load4(taps_table, U64(ROW_WORDS * k + 4 * q))
