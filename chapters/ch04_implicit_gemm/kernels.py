@@ -177,10 +177,15 @@ def tolerance(depth):
 # once on the host, 12 bytes per row (C*R*S rows), read through the cache as warp-wide broadcasts.
 
 
+def row_offset(g, c, r, s):
+    """The x offset of GEMM row (c, r, s): ints or arrays of them."""
+    return c * g.H * g.W + r * g.dh * g.W + s * g.dw
+
+
 def offset_table(g):
     """int32 (3, C*R*S): row offset into x, r*dh, s*dw for each GEMM row (c, r, s)."""
     c, r, s = np.meshgrid(np.arange(g.C), np.arange(g.R), np.arange(g.S), indexing="ij")
-    table = np.stack([c * g.H * g.W + r * g.dh * g.W + s * g.dw, r * g.dh, s * g.dw])
+    table = np.stack([row_offset(g, c, r, s), r * g.dh, s * g.dw])
     return table.reshape(3, -1).astype(np.int32)
 
 
@@ -212,8 +217,7 @@ def tap_field(g):
     """The table format for geometry g: R*S, the bits of a packed entry's tap field, when the taps
     and the largest x offset fit in 32 bits; else 0, a table of (offset, tap) pairs."""
     taps = g.R * g.S
-    largest_offset = (g.C - 1) * g.H * g.W + (g.R - 1) * g.dh * g.W + (g.S - 1) * g.dw
-    return taps if taps < 32 and largest_offset < 1 << (32 - taps) else 0
+    return taps if taps < 32 and row_offset(g, g.C - 1, g.R - 1, g.S - 1) < 1 << (32 - taps) else 0
 
 
 def tap_table(g):
@@ -568,8 +572,8 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
 
     @cuda.jit(**inline)
     def gather_b_tile(x, entries, base, on_image, next_b):
-        """B rows k .. k + B_LOADS - 1 of this thread's column, gathered from x with their table
-        entries (load_tap_entries): zeros off the image.
+        """The B_LOADS rows of this thread's column whose table entries load_tap_entries put in
+        `entries`, gathered from x: zeros off the image.
 
         x offsets are 32-bit (the wrapper checked that x has fewer than 2^31 elements): one 32-bit
         add, and the address is one multiply-add, x + 4 * offset."""
