@@ -550,6 +550,19 @@ else:
 #   same order makes the explicit path's im2col far faster (its whole path 0.272 -> 0.235 ms):
 #   implicit vs explicit falls to 1.28. Against the KCRS explicit path it would read 1.49, still
 #   short, and it would compare two different layouts. (Reordering the filters costs 10 us a call.)
+# - **Other tiles, and warps that only load** (H100, 2026-11-24, the 14x14 layer, each beside the
+#   16x8 tile's implicit kernel, 0.187-0.189 ms, in the same run). A 256x64 tile halves the gathers
+#   per thread (8 instead of 16) but doubles the filter loads: 0.208 ms (16x8 a thread) and 0.211
+#   (8x16), both spilling. A 128x64 tile of 8x8 with 3 blocks per SM (12 warps, 168 registers):
+#   0.206. Then warp specialization, the way production kernels hide a gather: some warps only load
+#   (the A tile and the gathered B tile, into the other buffer) while the rest only multiply, with
+#   the same one barrier a step. 4 multiplying warps of 16x8 and 4 loading warps, one block per SM:
+#   0.213 ms, and 3.65 ms on the big layer against 2.75: one multiplying warp per scheduler cannot
+#   keep the FMA pipe busy. 8 multiplying warps of 8x8 and 4 loading (12 warps): 0.234, against
+#   0.213 for the same 8x8 tile with no loading warps. The combination that would keep 2 warps of
+#   16x8 per scheduler, 2 blocks of 4 + 1 warps, does not fit: 10 warps put 3 on some scheduler,
+#   whose register file (16K) then allows 168 registers a thread, and ptxas caps the kernel there;
+#   a 16x8 thread needs about 200.
 
 # %%
 chapter.save()
