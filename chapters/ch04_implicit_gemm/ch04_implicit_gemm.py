@@ -565,7 +565,11 @@ else:
 #   a 16x8 thread needs about 200. Last, the gathers two steps ahead: B tiles in a 3-stage ring
 #   filled with `cp.async` (inline PTX; straight into shared memory, zero-filled off the image, no
 #   registers held, 242 a thread and no spills): 0.192 ms against 0.189, and 3.04 ms against 2.75
-#   on the big layer.
+#   on the big layer. And the gathers moved away from the barrier, into the middle of the step (8
+#   rows of FMAs, the table entries and the 16 gathers, 8 more rows): 0.186 ms against 0.188 (1.47
+#   against 1.46 in the same run, its GEMM done the same way), 1% on the big layer: real, but too
+#   small to be worth a second copy of the FMA loop. Quarters (4 rows, 4 gathers, ...) need four
+#   copies and run 0.205; one loop with the gathers behind a branch inside it, 1.35-1.37.
 
 # %%
 chapter.save()
