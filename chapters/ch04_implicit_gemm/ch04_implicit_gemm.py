@@ -570,6 +570,11 @@ else:
 #   against 1.46 in the same run, its GEMM done the same way), 1% on the big layer: real, but too
 #   small to be worth a second copy of the FMA loop. Quarters (4 rows, 4 gathers, ...) need four
 #   copies and run 0.205; one loop with the gathers behind a branch inside it, 1.35-1.37.
+#   Where 5 us more would come from: stream-K's zeroing launch. Timed without it (a wrong answer,
+#   timed only), the implicit path drops from 0.188 to 0.183 ms and the explicit path hardly moves
+#   (its zeroing hides behind im2col): 1.48 instead of 1.44 in that run. Removing it for real means a
+#   fix-up that needs no zeroed output, as CUTLASS's stream-K does: the block holding a tile's first
+#   steps stores its partial sums and raises a flag, the others wait for the flag before adding.
 
 # %%
 chapter.save()
