@@ -208,7 +208,7 @@ workbook.show(wide_gemm.parts["multiply_tile"])
 # %%
 _m = np.zeros((8, 8), np.float32)
 workbook.show_ptx(k.make_kernels(k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=True, prefetch=True), True)[0],
-                  _m, _m, 8, np.zeros(1, np.int32), np.zeros((1, 8, 8), np.float32), grep=r"ld\.shared|ld\.global\.v4")
+                  _m, _m, 8, np.zeros((1, 8, 8), np.float32), grep=r"ld\.shared|ld\.global\.v4")
 
 # %% [markdown]
 # ## Optimized, step 3: the work shared out, and 16-byte outputs
@@ -222,13 +222,9 @@ workbook.show_ptx(k.make_kernels(k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=Tr
 #   of tiles x steps (output tile, depth step) iterations, and each block takes an equal,
 #   consecutive share of that row (`block_share`): with one block per place ("stream"), every SM
 #   works until the end, and a share that ends inside a tile hands the rest of that tile to the
-#   next block. A block that ran all of a tile stores it. Blocks that ran parts of one meet in the
-#   output without zeroing it first (`finish_tile`): the part from step 0 stores its sums and
-#   counts itself in a per-tile flag, the others wait for that count, then add with atomics. Each
-#   block walks its share backwards, so a tile's first part is the first thing its block computes
-#   and the parts that wait for it come last in theirs: nobody waits in practice. The same kernel,
-#   with one block per tile, is the classic GEMM; with S per tile, split-K. (Osama et al.,
-#   *Stream-K*, PPoPP 2023; CUTLASS's stream-K "fix-up" passes partial sums through a workspace.)
+#   next block. Blocks that ran part of a tile add their partial sums into the (zeroed) output with
+#   atomics; a block that ran all of a tile stores it. The same kernel, with one block per tile,
+#   is the classic GEMM; with S per tile, split-K. (Osama et al., *Stream-K*, PPoPP 2023.)
 # - **16-byte outputs.** A wide tile's 4 adjacent columns are 4 adjacent positions of one image
 #   when P·Q % 4 == 0: `store4` writes them in one instruction, and a partial tile adds them with one
 #   `red.global.add.v4.f32` (`workbook.memory.atomic_add4`, Hopper and later): a quarter of the
@@ -241,7 +237,6 @@ workbook.show_ptx(k.make_kernels(k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=Tr
 
 # %%
 workbook.show(wide_gemm.parts["block_share"])
-workbook.show(wide_gemm.parts["finish_tile"])
 workbook.show(wide_gemm.parts["store_output_quads"])
 
 # %% [markdown]
@@ -450,8 +445,8 @@ chapter.bar("N=32 C=K=256 56x56 3x3: implicit GEMM vs cuDNN FP32 (fraction of it
 #
 # Square GEMMs, the best tile of the 4096³ run against cuBLAS FP32. Small ones cannot fill 132 SMs
 # with 128x128 tiles (a 1024² output has 64 of them): stream-K shares the work out, but each call
-# still pays a launch from Python and the wrapper's checks, which at 512³ cost more than the
-# arithmetic.
+# then pays two launches from Python (zeroing, GEMM) and the wrapper's checks, which at 512³ cost
+# more than the arithmetic.
 
 # %%
 sweep_sizes = workbook.size(gpu=[512, 1024, 2048, 3072, 4096, 6144], sim=[16, 32, 48])
@@ -575,10 +570,11 @@ else:
 #   against 1.46 in the same run, its GEMM done the same way), 1% on the big layer: real, but too
 #   small to be worth a second copy of the FMA loop. Quarters (4 rows, 4 gathers, ...) need four
 #   copies and run 0.205; one loop with the gathers behind a branch inside it, 1.35-1.37.
-#   Stream-K's zeroing launch was the last lever found: timed without it (a wrong answer, timed
-#   only), the implicit path dropped from 0.188 to 0.183 ms. The kernels now need no zeroed output
-#   (`finish_tile`), and both paths gained: implicit 0.188 -> 0.185 ms, explicit 0.273 -> 0.269
-#   (its GEMM's zeroing went too), so the ratio stayed at 1.46.
+#   Where 5 us more would come from: stream-K's zeroing launch. Timed without it (a wrong answer,
+#   timed only), the implicit path drops from 0.188 to 0.183 ms and the explicit path hardly moves
+#   (its zeroing hides behind im2col): 1.48 instead of 1.44 in that run. Removing it for real means a
+#   fix-up that needs no zeroed output, as CUTLASS's stream-K does: the block holding a tile's first
+#   steps stores its partial sums and raises a flag, the others wait for the flag before adding.
 
 # %%
 chapter.save()

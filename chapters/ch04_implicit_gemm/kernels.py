@@ -637,50 +637,19 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
         return first, min(tiles * steps, first + share)
 
     @cuda.jit(**inline)
-    def last_tile_run(start, end, steps, tiles_across, acc):
-        """The last tile a share [start, end) reaches: the depth steps [first, last) of it in the
-        share, its first row and column; the accumulators zeroed. A block walks its share
-        backwards, this run first (see finish_tile)."""
-        tile = (end - 1) // steps
-        first = max(start, tile * steps) - tile * steps
+    def start_tile_run(unit, end, steps, tiles_across, acc):
+        """At unit `unit` of a share ending at `end`: the depth steps [first, last) of the tile it
+        falls in that this block runs, the tile's first row and column; the accumulators zeroed."""
+        tile = unit // steps
+        first = unit - tile * steps
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = float32(0)
-        return first, end - tile * steps, (tile // tiles_across) * BM, (tile % tiles_across) * BN
-
-    @cuda.jit(**inline)
-    def finish_tile(c, acc, flags, end, first, last, steps, row0, col0, t, ty, tx, M, NC, PQ):
-        """Write this block's sums for depth steps [first, last) of its tile (the one holding unit
-        end - 1) into c.
-
-        All of the tile's depth: store. Part of it (split-K, stream-K): the tile's pieces meet in c,
-        with no zeroed output to add into. The head piece (steps from 0) stores its sums and counts
-        itself in flags[tile]; every other piece waits until the count is at least 1, adds with
-        atomics, and counts itself; the last to count resets it to 0 for the next launch. No block
-        waits in practice: a block walks its share backwards, so a head (always the end of some
-        share) is the first thing its block computes and a tail (the start of a share) the last.
-        The blocks that hold a tile's head come first in the grid, so they run first."""
-        tile = (end - 1) // steps
-        if first > 0:
-            if t == 0:
-                while cuda.atomic.add(flags, tile, 0) == 0:  # an atomic read: the head's count
-                    pass
-            cuda.syncthreads()
-        epilogue(c, acc, row0, col0, ty, tx, M, NC, PQ, first == 0)
-        if first > 0 or last < steps:
-            cuda.threadfence()  # the sums reach global memory before the count says so
-            cuda.syncthreads()
-            if t == 0:
-                tiles = ((NC + BN - 1) // BN) * ((M + BM - 1) // BM)
-                share = (tiles * steps + cuda.gridDim.x - 1) // cuda.gridDim.x
-                pieces = ((tile + 1) * steps - 1) // share - (tile * steps) // share + 1
-                if cuda.atomic.add(flags, tile, 1) + 1 == pieces:
-                    cuda.atomic.exch(flags, tile, 0)
+        return first, min(steps, first + end - unit), (tile // tiles_across) * BM, (tile % tiles_across) * BN
 
     @cuda.jit(**options)
-    def gemm_kernel(a, b, PQ, flags, c):
-        """c[n, m, pq] = (a @ b)[m, n*PQ + pq]; a (M, KD), b (KD, NC), c (NC/PQ, M, PQ); flags: one
-        int32 per output tile, zero (finish_tile)."""
+    def gemm_kernel(a, b, PQ, c):
+        """c[n, m, pq] = (a @ b)[m, n*PQ + pq]; a (M, KD), b (KD, NC), c (NC/PQ, M, PQ)."""
         M, KD = a.shape
         NC = b.shape[1]
         t = cuda.threadIdx.x
@@ -693,9 +662,9 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
         next_a = cuda.local.array(A_LOADS, float32)  # the next tile, in flight
         next_b = cuda.local.array(B_LOADS, float32)
         tiles_across, steps = (NC + BN - 1) // BN, (KD + BK - 1) // BK
-        start, end = block_share(tiles_across * ((M + BM - 1) // BM), steps)
-        while end > start:  # one output tile's run of depth steps per trip (usually one to three)
-            first, last, row0, col0 = last_tile_run(start, end, steps, tiles_across, acc)
+        unit, end = block_share(tiles_across * ((M + BM - 1) // BM), steps)
+        while unit < end:  # one output tile's run of depth steps per trip (usually one or two trips)
+            first, last, row0, col0 = start_tile_run(unit, end, steps, tiles_across, acc)
             load_a_tile(a, row0, first * BK, t, next_a)  # the first step (zeros past the edges)
             load_b_tile(b, col0, first * BK, t, next_b)
             for step in range(first, last):
@@ -709,16 +678,15 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
                     load_a_tile(a, row0, (step + 1) * BK, t, next_a)
                     load_b_tile(b, col0, (step + 1) * BK, t, next_b)
                 multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
-            finish_tile(c, acc, flags, end, first, last, steps, row0, col0, t, ty, tx, M, NC, PQ)
-            end -= last - first
+            epilogue(c, acc, row0, col0, ty, tx, M, NC, PQ, first == 0 and last == steps)
+            unit += last - first
             cuda.syncthreads()  # the next tile's first store reuses buffer 0: wait until all have read it
 
     @cuda.jit(**options)
-    def implicit_conv_kernel(x, a, taps_table, H, W, PQ, Q, R, S, sh, sw, ph, pw, dh, dw, flags, c):
+    def implicit_conv_kernel(x, a, taps_table, H, W, PQ, Q, R, S, sh, sw, ph, pw, dh, dw, c):
         """gemm_kernel with b = im2col(x) never built: each B element is loaded from x directly.
 
-        x: the input, flat; a: filters (K, C*R*S); taps_table: tap_table(); flags: as gemm_kernel's;
-        c: out (N, K, P*Q).
+        x: the input, flat; a: filters (K, C*R*S); taps_table: tap_table(); c: out (N, K, P*Q).
         """
         M, KD = a.shape
         NC = c.shape[0] * PQ
@@ -735,9 +703,9 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
         entries = cuda.local.array(ENTRY_WORDS, uint32)  # table entries of the B rows of a step
         bk, bn = t // BN, t % BN  # this thread gathers B[k0 + bk*B_LOADS + l, col0 + bn], l < B_LOADS
         tiles_across, steps = (NC + BN - 1) // BN, (KD + BK - 1) // BK
-        start, end = block_share(tiles_across * ((M + BM - 1) // BM), steps)
-        while end > start:
-            first, last, row0, col0 = last_tile_run(start, end, steps, tiles_across, acc)
+        unit, end = block_share(tiles_across * ((M + BM - 1) // BM), steps)
+        while unit < end:
+            first, last, row0, col0 = start_tile_run(unit, end, steps, tiles_across, acc)
             # This thread's B column (n, p, q) is fixed for the tile: decode it once, and note which
             # of the R*S filter taps fall on the image for it (bit r*S + s). Columns past the end:
             # no tap.
@@ -773,14 +741,13 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
                         load_tap_entries(taps_table, (step + 1) * BK + bk * B_LOADS, entries)
                     gather_b_tile(x, entries, base, on_image, next_b)
                 multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
-            finish_tile(c, acc, flags, end, first, last, steps, row0, col0, t, ty, tx, M, NC, PQ)
-            end -= last - first
+            epilogue(c, acc, row0, col0, ty, tx, M, NC, PQ, first == 0 and last == steps)
+            unit += last - first
             cuda.syncthreads()
 
     # The helpers, for the chapter to show (the kernels call them; nothing else does)
     gemm_kernel.parts = {"load_fragments": load_fragments, "multiply_tile": multiply_tile,
                          "output_row": output_row, "load_b_tile": load_b_tile, "block_share": block_share,
-                         "finish_tile": finish_tile,
                          "store_output_quads": store_output_quads}
     _made.setdefault(tile, {})[quads, quad_outputs, tap_field] = (gemm_kernel, implicit_conv_kernel)
     return gemm_kernel, implicit_conv_kernel
@@ -801,11 +768,9 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
 #                             the iterations, crossing from one tile into the next where its share
 #                             does; every SM busy until the end, whatever the tile count
 #
-# Blocks that ran parts of a tile's depth meet in the output (`finish_tile`): the part from step 0
-# stores, the others wait for it, then add with atomics. (Zeroing the output first and letting every
-# part add costs one more launch: 5 us of the 14x14 layer's 190 measured on the H100.) Without a
-# choice the wrappers take one block per tile when the tiles fill the machine's waves to within
-# MIN_GAIN, stream-K otherwise.
+# A block that ran only part of a tile's depth adds its partial sums into the output with atomics,
+# so the output must start at zero: one more, tiny, launch. Without a choice the wrappers take one
+# block per tile when the tiles fill the machine's waves to within MIN_GAIN, stream-K otherwise.
 
 MAX_SPLITS = 8
 MIN_STEPS_PER_BLOCK = 16  # depth steps: below that a block is all prologue and epilogue
@@ -832,7 +797,7 @@ def grid_blocks(tile, rows, columns, depth, splits):
 
 
 @cuda.jit
-def zero_kernel(values):  # for callers that accumulate into a buffer (chapter 08's weight gradients)
+def zero_kernel(values):
     for i in range(cuda.grid(1), values.size, cuda.gridsize(1)):
         values[i] = float32(0)
 
@@ -843,31 +808,19 @@ _launches = LaunchCache()
 
 
 def _launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0):
-    """Launch `kernel(*args, flags, c3)` with `splits` (None: split_count's choice); returns the splits used."""
+    """Launch `kernel(*args, c3)` with `splits` (None: split_count's choice); returns the splits used."""
     if splits is None:
         splits = split_count(tile, rows, columns, depth)
     elif splits != "stream" and (not isinstance(splits, (int, np.integer)) or not 1 <= splits <= MAX_SPLITS):
         raise ValueError(f'splits must be an int from 1 to {MAX_SPLITS} or "stream", not {splits!r}')
     blocks = grid_blocks(tile, rows, columns, depth, splits)
-    tiles = math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM)
-    _launches.launch(kernel, blocks, tile.threads, (*args, _tile_flags(tiles, _stream_key(stream)), c3), stream=stream)
+    steps = math.ceil(depth / tile.BK)
+    share = math.ceil(math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM) * steps / blocks)
+    if share % steps:  # some tile's depth is shared between blocks: their partial sums add up in c
+        flat = c3.reshape(-1)
+        _launches.launch(zero_kernel, min(sm_count() * 8, math.ceil(flat.size / 256)), 256, (flat,), stream=stream)
+    _launches.launch(kernel, blocks, tile.threads, (*args, c3), stream=stream)
     return splits
-
-
-@lru_cache(maxsize=64)
-def _tile_flags(tiles, stream_key):
-    """The counts finish_tile keeps per output tile: zero between launches (the last piece of a tile
-    resets its count). One array per stream: launches on two streams may run at once."""
-    return cuda.to_device(np.zeros(tiles, dtype=np.int32))
-
-
-def _stream_key(stream):
-    """An int naming a stream: its handle (0 for the default stream), else its identity."""
-    handle = getattr(stream, "handle", stream) or 0
-    try:
-        return int(getattr(handle, "value", handle) or 0)
-    except TypeError:  # the simulator's streams
-        return id(stream)
 
 
 def _tile(tile):
