@@ -570,11 +570,17 @@ else:
 #   against 1.46 in the same run, its GEMM done the same way), 1% on the big layer: real, but too
 #   small to be worth a second copy of the FMA loop. Quarters (4 rows, 4 gathers, ...) need four
 #   copies and run 0.205; one loop with the gathers behind a branch inside it, 1.35-1.37.
-#   Where 5 us more would come from: stream-K's zeroing launch. Timed without it (a wrong answer,
-#   timed only), the implicit path drops from 0.188 to 0.183 ms and the explicit path hardly moves
-#   (its zeroing hides behind im2col): 1.48 instead of 1.44 in that run. Removing it for real means a
-#   fix-up that needs no zeroed output, as CUTLASS's stream-K does: the block holding a tile's first
-#   steps stores its partial sums and raises a flag, the others wait for the flag before adding.
+#   Where 5 us more seemed to be: stream-K's zeroing launch. Timed without it (a wrong answer,
+#   timed only), the implicit path dropped from 0.188 to 0.183 ms while the explicit path hardly
+#   moved: 1.48 instead of 1.44 in that run. So the kernels were given a fix-up that needs no zeroed
+#   output, as CUTLASS's stream-K has: the block holding a tile's first steps stores its sums and
+#   counts itself in a per-tile flag, the others wait for the count and then add, and every block
+#   walks its share backwards so that nobody waits in practice. It was right (the tests, and
+#   compute-sanitizer's memcheck and racecheck), but both paths gained alike: implicit 0.188 ->
+#   0.185 ms, explicit 0.273 -> 0.269 (its GEMM had a zeroing launch too), so the ratio stayed
+#   within its run-to-run spread (1.46 side by side). And ptxas reacted to the extra code: the
+#   interleaved 128x128 GEMM ran 16% slower (5.17 -> 6.01 ms at 4096³), and the variant that
+#   restored it made the 14x14 implicit kernel 5% slower. Not kept.
 
 # %%
 chapter.save()
