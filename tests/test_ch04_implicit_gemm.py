@@ -90,6 +90,35 @@ def test_conv_every_tile(conv, tile, case):
     assert_close(out, k.conv2d_reference(x, w, stride, padding, dilation), rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("case", [CONV_CASES[2], CONV_CASES[3], CONV_CASES[9]],
+                         ids=["3x3: packed table", "5x5: pairs", "C=K=33"])
+@pytest.mark.parametrize("where", ["global memory", "shared, no spare room"])
+def test_implicit_table_in_global_or_exactly_sized_shared_memory(monkeypatch, case, where):
+    # The default gives a shared table room in steps of 1024 words. Here: a table too large for
+    # shared memory (every table, with the limit at 0) is read from global memory; and with steps
+    # of one TABLE_ALIGN, the shared copy is exactly as long as the table (a read past its end
+    # raises in the simulator).
+    if where == "global memory":
+        monkeypatch.setattr(k, "SHARED_TABLE_WORDS", 0)
+    else:
+        monkeypatch.setattr(k, "SHARED_TABLE_STEP", k.TABLE_ALIGN)
+    _, xs, ws, stride, padding, dilation = case
+    x, w = data(xs, 1), data(ws, 2)
+    out, g = run_conv(k.conv2d_implicit, x, w, stride, padding, dilation)
+    words = k.tap_table(g).size
+    assert k.shared_table_words(words) == (0 if where == "global memory" else words)
+    rtol, atol = k.tolerance(g.gemm_depth)
+    assert_close(out, k.conv2d_reference(x, w, stride, padding, dilation), rtol=rtol, atol=atol)
+
+
+def test_shared_table_words():
+    assert k.shared_table_words(32) == k.SHARED_TABLE_STEP
+    assert k.shared_table_words(k.SHARED_TABLE_STEP + 32) == 2 * k.SHARED_TABLE_STEP
+    assert k.shared_table_words(k.SHARED_TABLE_WORDS) == k.SHARED_TABLE_WORDS
+    assert k.shared_table_words(k.SHARED_TABLE_WORDS + 32) == 0  # too large: global memory
+    assert k.SHARED_TABLE_WORDS % k.SHARED_TABLE_STEP == 0
+
+
 @pytest.mark.parametrize("case, splits", [(CONV_CASES[3], 2), (CONV_CASES[8], 8), (CONV_CASES[3], "stream"),
                                           (CONV_CASES[10], "stream")],
                          ids=["K=17 x2", "C=K=33 x8", "K=17 stream-K", "large odd stream-K"])

@@ -187,3 +187,16 @@ def test_plots_draw_what_they_are_given():
     assert drawn is panels[1].figure and not panels[0].lines
     assert [list(line.get_xdata()) for line in panels[1].lines] == [[1, 4], [1, 2, 4]]
     plots.plt.close("all")
+
+
+@pytest.mark.parametrize("measured, target, met, text", [
+    (1.4976, ">= 1.5", False, "1.498"),  # a miss never prints as its target
+    (1.4976, ">= 1.5", True, "1.5"),  # (not possible from Chapter.bar, but rounding alone is fine)
+    (1.0004, "<= 1", False, "1.0004"),
+    (0.8653, ">= 0.7", True, "0.865"),
+    (0.5, ">= 0.7", False, "0.5"),
+])
+def test_bar_figures_do_not_round_a_miss_into_a_pass(measured, target, met, text):
+    from workbook.chapter import bar_figure
+
+    assert bar_figure({"measured": measured, "target": target, "met": met}) == text

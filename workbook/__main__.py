@@ -22,6 +22,7 @@ from pathlib import Path
 
 import workbook
 from workbook import results
+from workbook.chapter import bar_figure
 
 CHAPTERS = results.ROOT / "chapters"
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -194,7 +195,7 @@ def summary(console, chapter_ids, slug, base=None):
             bar_table.add_column(column)
         for bar in bars:
             met = {True: "[green]met[/]", False: "[red]not met[/]", None: "-"}[bar["met"]]
-            bar_table.add_row(bar["chapter"], bar["what"], f"{bar['measured']:.3g}", bar["target"], met)
+            bar_table.add_row(bar["chapter"], bar["what"], bar_figure(bar), bar["target"], met)
         console.print(bar_table)
 
 
@@ -204,7 +205,7 @@ def markdown_tables(slug):
     rows, bars = summary_rows(ids, slug)
     met = {True: "met", False: "**not met**", None: "-"}
     bar_lines = ["| chapter | bar (from the issue) | measured | target | met |", "|---|---|---|---|---|"]
-    bar_lines += [f"| {b['chapter']} | {b['what']} | {b['measured']:.3g} | {b['target']} | {met[b['met']]} |"
+    bar_lines += [f"| {b['chapter']} | {b['what']} | {bar_figure(b)} | {b['target']} | {met[b['met']]} |"
                   for b in bars]
     full_lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     full_lines += ["| " + " | ".join(row[c] for c in COLUMNS) + " |" for row in rows]

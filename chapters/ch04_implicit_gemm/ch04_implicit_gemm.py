@@ -167,7 +167,10 @@ workbook.show(gemm_kernel)
 # (`on_image`); then for each row it loads, it reads the row's entry from the tap table — the whole
 # warp reads the same row, one broadcast — and loads `x[base + offset]` if the tap's bit is set,
 # else 0. Indices that cannot be negative are cast to unsigned (`U64`): numba then skips the
-# negative-index test it adds to every signed index (5 instructions on 64-bit integers).
+# negative-index test it adds to every signed index (5 instructions on 64-bit integers). Two
+# placements matter on the GPU (measured at the end of the chapter): each block first copies the
+# table into shared memory (up to 12 KB; a larger one is read from global memory), and the next
+# step's gathers are issued halfway through this step's FMAs, not right after the barrier.
 
 # %%
 workbook.show(k.column_origin)
@@ -515,30 +518,40 @@ else:
 #   FMAs, read in the SASS: shared-tile stores with unsigned indices (one address plus constant
 #   offsets: 69 instructions per depth step fewer in the GEMM, 155 in the implicit kernel) and the
 #   FMA loop's own overhead (`multiply_tile`: 19 instructions per 256 FMAs down to 10). The big
-#   layer's implicit GEMM: 43.4 TFLOP/s, 0.99 of cuDNN. What still separates it from cuBLAS: NVVM
+#   layer's implicit GEMM: 44.0 TFLOP/s, 1.01 of cuDNN. What still separates it from cuBLAS: NVVM
 #   (not us) allocates the registers and schedules the loads, a loop of 256 FMAs still carries
 #   22 other instructions, and 8 warps per SM leave little to hide a barrier's stall.
-# - **The gather's wait, hidden** (same run). Right after the syncthreads, every depth step, a warp
-#   loaded its 16 table entries and could not issue a gather until they arrived; with the 8x16
-#   tile's 255 registers there was no room for 32 words of (offset, bit) pairs loaded earlier
-#   (every such variant spilled and ran slower). Packing a row's offset and bit into one word
-#   (`tap_table`) halves that to 16 registers, and the packed entries are loaded before the tile
-#   stores and the barrier, where their wait overlaps the barrier's: 28x28 from 1.50 to **1.59**,
-#   64 channels from 1.96 to 2.16, the big layer from 0.92 to 0.99 of cuDNN.
-# - **Why 256 channels still misses the 1.5x** (1.45). The table under "Where the explicit path's
-#   time goes" has the argument: on the 14x14 layer 1.5 needs the implicit kernel at 0.181 ms; the
-#   GEMM alone takes 0.176 and the implicit 0.190, so the gather costs 0.014 ms (8%) and must
-#   almost vanish. It is not the instruction count: per depth step a thread issues 2,048 FMAs and
-#   397 other instructions in the implicit kernel, 366 in the GEMM (SASS of the 16x8 tile). It is
-#   waiting: Nsight Compute (`ncu --section WarpStateStats --section SchedulerStats --section
-#   SourceCounters`) has the schedulers issuing in 74% of cycles against the GEMM's 77%, and the
-#   extra stalls at the barrier (warps that finished their gathers wait for those that have not),
-#   on the first shared loads after it, and on each gather's dependent chain (test, offset,
-#   address, load) that 2 warps per scheduler cannot hide. A scratch kernel loading contiguous
-#   elements instead of gathering (a wrong answer, timed only) ran 0.174 ms, faster than the
-#   GEMM: a perfect gather would pass at 1.57x. cuDNN's effective rate on these layers (above
-#   cuBLAS's 51.5 on the big GEMM) means fewer FLOPs than the 2·N·K·P·Q·C·R·S we count:
-#   Winograd, for instance.
+# - **The gather's wait, hidden.** Right after the syncthreads, every depth step, a warp loaded
+#   its 16 table entries from global memory and could not issue a gather until they arrived; with
+#   the 8x16 tile's 255 registers there was no room for 32 words of (offset, bit) pairs loaded
+#   earlier (every such variant spilled and ran slower). Packing a row's offset and bit into one
+#   word (`tap_table`) halved that to 16 registers, and the packed entries went before the tile
+#   stores and the barrier, where their wait overlapped the barrier's: 28x28 from 1.50 to 1.59,
+#   64 channels from 1.96 to 2.16, the big layer from 0.92 to 0.99 of cuDNN. Then (H100,
+#   2026-11-24, each beside the previous kernel in the same run) the table moved into shared
+#   memory, copied once per block (9 KB for 256 channels): an entry arrives in ~30 cycles, so it
+#   is loaded where it is used and holds no registers across the barrier (246 a thread instead of
+#   254 and a 16-byte spill). And the next step's loads moved from right after the barrier, where
+#   the 4 warps of a block issued their gathers' chains all at once, to halfway through the FMAs
+#   (`SPLIT`). Each alone gained under 1%; together, 2% on every layer: 14x14 0.1847 ms against
+#   0.1881, 28x28 0.1873 against 0.1903, 64 channels (16x8 tile) 0.348 against 0.352, the big
+#   layer 2.69 against 2.75 — now level with cuDNN. The GEMM keeps its loads after the barrier:
+#   moved halfway it ran 4% slower (3.18 ms against 3.06 at 4096³).
+# - **Why 256 channels still misses the 1.5x** (1.48 in the stored run, 1.50 in the chapter's run
+#   before it; 1.455-1.474 in four runs of the two paths side by side). The table under "Where the
+#   explicit path's time goes" has the argument: on the 14x14 layer 1.5 needs the implicit kernel
+#   at about 0.178-0.182 ms; the GEMM alone takes 0.176-0.178 and the implicit 0.185-0.188, so the
+#   gather costs 0.010 ms (6%) and must almost vanish. Per depth step a thread issues 2,048 FMAs and 417 other instructions in the
+#   implicit kernel, 372 in the GEMM (SASS of the 16x8 tile, the loop's trips counted): 2% more.
+#   The rest is waiting: Nsight Compute (`ncu --section WarpStateStats --section SchedulerStats
+#   --section SourceCounters`, before the table moved) had the schedulers issuing in 74% of
+#   cycles against the GEMM's 77%, the extra stalls at the barrier (warps that finished their
+#   gathers wait for those that have not), on the first shared loads after it, and on each
+#   gather's dependent chain (test, offset, address, load) that 2 warps per scheduler cannot
+#   hide. A scratch kernel loading contiguous elements instead of gathering (a wrong answer,
+#   timed only) ran 0.174 ms: a perfect gather would pass at 1.57x. cuDNN's effective rate on
+#   these layers (above cuBLAS's 51.5 on the big GEMM) means fewer FLOPs than the
+#   2·N·K·P·Q·C·R·S we count: Winograd, for instance.
 # - **A gather without a table, and why it is not used** (H100, 2026-11-24, 16x8 tile, each time
 #   beside the table kernel's in the same run). Walk the depth as (c // 16, r, s, c % 16) and a step
 #   is one tap of 16 consecutive channels: for a thread's column the whole step is on the image or
@@ -567,8 +580,9 @@ else:
 #   registers held, 242 a thread and no spills): 0.192 ms against 0.189, and 3.04 ms against 2.75
 #   on the big layer. And the gathers moved away from the barrier, into the middle of the step (8
 #   rows of FMAs, the table entries and the 16 gathers, 8 more rows): 0.186 ms against 0.188 (1.47
-#   against 1.46 in the same run, its GEMM done the same way), 1% on the big layer: real, but too
-#   small to be worth a second copy of the FMA loop. Quarters (4 rows, 4 gathers, ...) need four
+#   against 1.46 in the same run, its GEMM done the same way), 1% on the big layer: too small, on
+#   its own, for a second copy of the FMA loop (kept later, with the table in shared memory: see
+#   "The gather's wait, hidden"). Quarters (4 rows, 4 gathers, ...) need four
 #   copies and run 0.205; one loop with the gathers behind a branch inside it, 1.35-1.37.
 #   Where 5 us more seemed to be: stream-K's zeroing launch. Timed without it (a wrong answer,
 #   timed only), the implicit path dropped from 0.188 to 0.183 ms while the explicit path hardly
@@ -581,6 +595,23 @@ else:
 #   within its run-to-run spread (1.46 side by side). And ptxas reacted to the extra code: the
 #   interleaved 128x128 GEMM ran 16% slower (5.17 -> 6.01 ms at 4096³), and the variant that
 #   restored it made the 14x14 implicit kernel 5% slower. Not kept.
+# - **Fewer instructions around the gather, and fewer registers** (H100, 2026-11-24, the 16x8
+#   tile, each beside the kernels of its day in the same run). A thread gathering a 4x4 block (4
+#   rows of 4 adjacent columns) needs one table quad per step instead of four, 4 shifts instead of
+#   16, and stores its rows with 4 `st.shared.v4` instead of 16 stores; 250 registers and no spill
+#   (then 254 and 16 bytes). It ran 3-6% slower on every layer (14x14 0.196 ms against 0.188,
+#   28x28 0.201 against 0.189, the big layer 2.84 against 2.75): a warp's gather now reads 32
+#   columns 4 apart, four times the 128-byte lines per load, and the L1 time that costs outweighs
+#   the instructions saved. 2 adjacent columns of 8 rows (`st.shared.v2`) lost too: 0.189 against
+#   0.185 (with the table in shared memory). The A tile copied by `cp.async` straight into its
+#   transposed place (4 bytes a copy, no registers held: 230 registers in the GEMM, 238 in the
+#   implicit kernel): 16 copies a thread per step cost more than 4 16-byte loads and 16 stores,
+#   the GEMM 3.39 ms against 3.09 at 4096³, the 14x14 implicit kernel 0.200 against 0.189. The
+#   SASS shows each gather reloading x's address from the constant bank (`LDC.64`, 16 a step):
+#   ptxas keeps no register for it. A 64-bit pointer to the thread's column, made once per tile,
+#   so that no gather needs x's address: 252 registers, 0.186 ms against 0.185. Where the gathers go: after 6
+#   rows of FMAs 0.187, after 12 0.185, after 8 (kept) 0.185; the A tile's loads right after the
+#   barrier instead of with the gathers, 0.186.
 
 # %%
 chapter.save()

@@ -359,7 +359,7 @@ _made = {}  # tile -> {(quads, quad_outputs, tap_field): its two kernels}, for r
 
 
 @lru_cache(maxsize=None)
-def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
+def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0, table_words=0):
     """Compile-time tile sizes -> (gemm_kernel, implicit_conv_kernel) with that tiling.
 
     quads: the GEMM kernel loads its A and B tiles from global memory 16 bytes at a time (load4);
@@ -368,6 +368,8 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
     checked that PQ % 4 == 0, that c is 16-byte aligned, and that the GPU has vector atomics.
     tap_field: the implicit GEMM's table format, tap_field(g): R*S for packed entries (one 32-bit
     word per row, a 32-bit on_image mask), 0 for (offset, tap) pairs (a 64-bit mask).
+    table_words: the implicit GEMM copies its table into a shared array of this many words (at
+    least the table's length; see shared_table_words), or reads it from global memory if 0.
     """
     BM, BN, BK, TM, TN = tile.BM, tile.BN, tile.BK, tile.TM, tile.TN
     TY, TX = BM // TM, BN // TN
@@ -398,6 +400,11 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
     B_LOADS, B_STEP = BK * BN // THREADS, THREADS // BN
     A_QUADS, A_QUAD_STEP = A_LOADS // V, THREADS * V // BK  # the same, one quad per load
     B_QUADS, B_QUAD_STEP = B_LOADS // V, THREADS * V // BN
+    SHARED_TABLE = table_words > 0
+    TABLE_WORDS = max(table_words, 4)
+    # The implicit GEMM gathers its next B tile after SPLIT of the BK rows of FMAs (an even number
+    # with PREFETCH, which multiplies rows in pairs), not right after the barrier: see the kernel.
+    SPLIT = 2 * (BK // 4) if PREFETCH else BK // 2
     ROW_WORDS = 1 if tap_field else 2  # the implicit GEMM's table words per GEMM row
     ENTRY_WORDS = ROW_WORDS * B_LOADS  # and for the B rows a thread gathers in one step
     ENTRY_QUADS = ENTRY_WORDS % 4 == 0 and ROW_WORDS * BK % 4 == 0  # whole, 16-byte aligned quads
@@ -451,8 +458,10 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
                 acc[i, j] += ra[slot, i] * rb[slot, j]
 
     @cuda.jit(**inline)
-    def multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc):
-        """acc += A_s[buf] x B_s[buf]: BK rank-1 updates of this thread's TM x TN outputs.
+    def multiply_tile(a_s, b_s, buf, first_row, rows, ty, tx, ra, rb, acc):
+        """acc += A_s[buf] x B_s[buf] over the tile's rows first_row .. first_row + rows - 1 (all
+        BK of them in the GEMM): rank-1 updates of this thread's TM x TN outputs. The kernels pass
+        constants: once inlined, the loop counts are known.
 
         With PREFETCH, the fragments of row kk + 1 are loaded before row kk's FMAs, into the other
         half of ra and rb, so that the FMAs need not wait for the shared loads (16 more registers).
@@ -463,14 +472,14 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
         trips are counted in 32 bits (numba's range counts in 64): 10 instructions per 256 FMAs
         instead of 19 (SASS of the 8x16 tile)."""
         if not PREFETCH:
-            for kk in range(BK):
+            for kk in range(first_row, first_row + rows):
                 load_fragments(a_s, b_s, buf, kk, ty, tx, ra, rb, 0)
                 rank1_update(acc, ra, rb, 0)
         else:
-            a_k, b_k = fragment_starts(buf, 0, ty, tx)
+            a_k, b_k = fragment_starts(buf, first_row, ty, tx)
             load_fragment_quads(a_s, b_s, a_k, b_k, ra, rb, 0)
             pair = np.uint32(0)
-            while pair < np.uint32(BK // 2 - 1):
+            while pair < np.uint32(rows // 2 - 1):
                 load_fragment_quads(a_s, b_s, a_k + U64(A_PITCH), b_k + U64(BN), ra, rb, 1)
                 rank1_update(acc, ra, rb, 0)
                 a_k += U64(2 * A_PITCH)
@@ -557,18 +566,31 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
                               (next_b[4 * l], next_b[4 * l + 1], next_b[4 * l + 2], next_b[4 * l + 3]))
 
     @cuda.jit(**inline)
-    def load_tap_entries(taps_table, k, entries):
-        """The table entries of B rows k .. k + B_LOADS - 1 into entries (ENTRY_WORDS words).
+    def load_tap_entries(table, k, entries):
+        """The table entries of B rows k .. k + B_LOADS - 1 into entries (ENTRY_WORDS words), from
+        the block's shared copy of the table (SHARED_TABLE) or from global memory.
 
         The same for the whole warp (a broadcast); the rows are consecutive, so their entries come
         16 bytes per load where they fill whole, aligned quads (ROW_WORDS * k a multiple of 4)."""
         if ENTRY_QUADS:
             for q in range(ENTRY_WORDS // 4):
-                (entries[4 * q], entries[4 * q + 1],
-                 entries[4 * q + 2], entries[4 * q + 3]) = load4(taps_table, U64(ROW_WORDS * k + 4 * q))
+                if SHARED_TABLE:
+                    (entries[4 * q], entries[4 * q + 1],
+                     entries[4 * q + 2], entries[4 * q + 3]) = shared_load4(table, U64(ROW_WORDS * k + 4 * q))
+                else:
+                    (entries[4 * q], entries[4 * q + 1],
+                     entries[4 * q + 2], entries[4 * q + 3]) = load4(table, U64(ROW_WORDS * k + 4 * q))
         else:
             for e in range(ENTRY_WORDS):
-                entries[e] = taps_table[U64(ROW_WORDS * k + e)]
+                entries[e] = table[U64(ROW_WORDS * k + e)]
+
+    @cuda.jit(**inline)
+    def copy_table(taps_table, table_s, t):
+        """The whole table into shared memory, 16 bytes per load and store (its length is a
+        multiple of TABLE_ALIGN rows)."""
+        for q in range(t, taps_table.size // 4, THREADS):
+            e0, e1, e2, e3 = load4(taps_table, U64(4 * q))
+            shared_store4(table_s, U64(4 * q), (e0, e1, e2, e3))
 
     @cuda.jit(**inline)
     def gather_b_tile(x, entries, base, on_image, next_b):
@@ -677,7 +699,7 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
                 if step + 1 < last:  # issue the next step's global loads now; use them after the FMAs
                     load_a_tile(a, row0, (step + 1) * BK, t, next_a)
                     load_b_tile(b, col0, (step + 1) * BK, t, next_b)
-                multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
+                multiply_tile(a_s, b_s, buf, 0, BK, ty, tx, ra, rb, acc)
             epilogue(c, acc, row0, col0, ty, tx, M, NC, PQ, first == 0 and last == steps)
             unit += last - first
             cuda.syncthreads()  # the next tile's first store reuses buffer 0: wait until all have read it
@@ -701,6 +723,11 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
         next_a = cuda.local.array(A_LOADS, float32)
         next_b = cuda.local.array(B_LOADS, float32)
         entries = cuda.local.array(ENTRY_WORDS, uint32)  # table entries of the B rows of a step
+        table = taps_table
+        if SHARED_TABLE:  # a copy per block, read once from global memory: entries in ~30 cycles
+            table = cuda.shared.array(TABLE_WORDS, uint32)
+            copy_table(taps_table, table, t)
+            cuda.syncthreads()
         bk, bn = t // BN, t % BN  # this thread gathers B[k0 + bk*B_LOADS + l, col0 + bn], l < B_LOADS
         tiles_across, steps = (NC + BN - 1) // BN, (KD + BK - 1) // BK
         unit, end = block_share(tiles_across * ((M + BM - 1) // BM), steps)
@@ -721,26 +748,23 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
             on_image = TapWord(on_image)
 
             load_a_tile(a, row0, first * BK, t, next_a)
-            load_tap_entries(taps_table, first * BK + bk * B_LOADS, entries)
+            load_tap_entries(table, first * BK + bk * B_LOADS, entries)
             gather_b_tile(x, entries, base, on_image, next_b)
             for step in range(first, last):
                 buf = (step - first) & 1
-                # Packed entries are loaded before the tile stores and the barrier, so that they
-                # have arrived when the gathers need them (a gather cannot issue before its entry
-                # has). 16 more registers live across the barrier in the 128-thread tiles; the
-                # pairs' 32 would spill, so pairs are loaded where they are used.
-                if tap_field and step + 1 < last:
-                    load_tap_entries(taps_table, (step + 1) * BK + bk * B_LOADS, entries)
                 store_a_tile(a_s, buf, t, next_a)
                 for l in range(B_LOADS):
                     b_s[U64(buf), U64(bk * B_LOADS + l), U64(bn)] = next_b[l]
                 cuda.syncthreads()
+                # The next step's loads go between two halves of the FMAs, not right after the
+                # barrier: there the 4 warps of a block would all issue their gathers' chains
+                # (entry, test, offset, address, load) at once, with nothing to overlap them.
+                multiply_tile(a_s, b_s, buf, 0, SPLIT, ty, tx, ra, rb, acc)
                 if step + 1 < last:
                     load_a_tile(a, row0, (step + 1) * BK, t, next_a)
-                    if not tap_field:
-                        load_tap_entries(taps_table, (step + 1) * BK + bk * B_LOADS, entries)
+                    load_tap_entries(table, (step + 1) * BK + bk * B_LOADS, entries)
                     gather_b_tile(x, entries, base, on_image, next_b)
-                multiply_tile(a_s, b_s, buf, ty, tx, ra, rb, acc)
+                multiply_tile(a_s, b_s, buf, SPLIT, BK - SPLIT, ty, tx, ra, rb, acc)
             epilogue(c, acc, row0, col0, ty, tx, M, NC, PQ, first == 0 and last == steps)
             unit += last - first
             cuda.syncthreads()
@@ -749,7 +773,7 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0):
     gemm_kernel.parts = {"load_fragments": load_fragments, "multiply_tile": multiply_tile,
                          "output_row": output_row, "load_b_tile": load_b_tile, "block_share": block_share,
                          "store_output_quads": store_output_quads}
-    _made.setdefault(tile, {})[quads, quad_outputs, tap_field] = (gemm_kernel, implicit_conv_kernel)
+    _made.setdefault(tile, {})[quads, quad_outputs, tap_field, SHARED_TABLE] = (gemm_kernel, implicit_conv_kernel)
     return gemm_kernel, implicit_conv_kernel
 
 
@@ -821,6 +845,22 @@ def _launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0
         _launches.launch(zero_kernel, min(sm_count() * 8, math.ceil(flat.size / 256)), 256, (flat,), stream=stream)
     _launches.launch(kernel, blocks, tile.threads, (*args, c3), stream=stream)
     return splits
+
+
+# The implicit GEMM's table in shared memory: its size is fixed when the kernel is compiled, so
+# tables are given room in steps of SHARED_TABLE_STEP words (one kernel per step, not per depth);
+# a table larger than SHARED_TABLE_WORDS (12 KB: C*R*S up to 3072 packed rows, e.g. 341 channels
+# of a 3x3 filter) stays in global memory, where every block reads it through L1. 12 KB keeps the
+# largest tile (33 KB of tiles) under the 48 KB a block may declare.
+SHARED_TABLE_STEP = 1024
+SHARED_TABLE_WORDS = 3072
+
+
+def shared_table_words(table_words):
+    """The room the implicit GEMM gives a table of table_words words in shared memory; 0: none."""
+    if table_words > SHARED_TABLE_WORDS:
+        return 0
+    return -(-table_words // SHARED_TABLE_STEP) * SHARED_TABLE_STEP
 
 
 def _tile(tile):
@@ -927,10 +967,12 @@ def conv2d_implicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=Non
     tile = _tile(tile)
     a = w.reshape(g.K, g.gemm_depth)
     # quads: the A tile (filters) only; B is gathered element by element
-    _, implicit_conv_kernel = make_kernels(tile, _quads(tile, a), _quad_outputs(tile, out, g.P * g.Q), tap_field(g))
+    table = _device_tap_table(g)
+    _, implicit_conv_kernel = make_kernels(tile, _quads(tile, a), _quad_outputs(tile, out, g.P * g.Q), tap_field(g),
+                                           shared_table_words(table.size))
     _launch_gemm(implicit_conv_kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
                  out.reshape(g.N, g.K, g.P * g.Q), x.reshape(-1), a,
-                 _device_tap_table(g), g.H, g.W, g.P * g.Q, g.Q, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
+                 table, g.H, g.W, g.P * g.Q, g.Q, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
                  stream=stream)
     return out
 
@@ -964,7 +1006,7 @@ def resources(tile):
     if not ON_GPU:
         return None
     usage = {}
-    for (quads, quad_outputs, field), kernels in _made.get(_tile(tile), {}).items():
+    for (quads, quad_outputs, field, shared_table), kernels in _made.get(_tile(tile), {}).items():
         for kernel in kernels:
             if not kernel.overloads:  # not compiled yet: nothing launched it
                 continue
@@ -973,6 +1015,7 @@ def resources(tile):
                 ", 16-byte outputs" if quad_outputs else "")
             if kernel is kernels[1]:
                 name += f", packed table ({field}-bit taps)" if field else ", table of pairs"
+                name += " in shared memory" if shared_table else ""
             usage[name] = {"registers": compiled.regs_per_thread,
                            "local bytes": compiled.local_mem_per_thread,
                            "shared bytes": compiled.shared_mem_per_block}
