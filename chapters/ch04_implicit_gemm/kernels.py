@@ -355,7 +355,7 @@ DEFAULT_TILE = next(iter(TILES.values()))
 U64 = np.uint64
 
 
-_made = {}  # tile -> {(quads, quad_outputs, tap_field): its two kernels}, for resources()
+_made = {}  # tile -> {(quads, quad_outputs, tap_field, shared table?): its two kernels}, for resources()
 
 
 @lru_cache(maxsize=None)
@@ -850,8 +850,9 @@ def _launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0
 # The implicit GEMM's table in shared memory: its size is fixed when the kernel is compiled, so
 # tables are given room in steps of SHARED_TABLE_STEP words (one kernel per step, not per depth);
 # a table larger than SHARED_TABLE_WORDS (12 KB: C*R*S up to 3072 packed rows, e.g. 341 channels
-# of a 3x3 filter) stays in global memory, where every block reads it through L1. 12 KB keeps the
-# largest tile (33 KB of tiles) under the 48 KB a block may declare.
+# of a 3x3 filter) stays in global memory, where every block reads it through L1 (the gathers then
+# wait for their entries: slower, still right). 12 KB keeps the largest tile (33 KB of tiles)
+# under the 48 KB of static shared memory a block may declare.
 SHARED_TABLE_STEP = 1024
 SHARED_TABLE_WORDS = 3072
 
