@@ -402,6 +402,7 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0, table_words
     B_QUADS, B_QUAD_STEP = B_LOADS // V, THREADS * V // BN
     SHARED_TABLE = table_words > 0
     TABLE_WORDS = max(table_words, 4)
+    load_table_quad = shared_load4 if SHARED_TABLE else load4
     # The implicit GEMM gathers its next B tile after SPLIT of the BK rows of FMAs (an even number
     # with PREFETCH, which multiplies rows in pairs), not right after the barrier: see the kernel.
     SPLIT = 2 * (BK // 4) if PREFETCH else BK // 2
@@ -574,12 +575,8 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0, table_words
         16 bytes per load where they fill whole, aligned quads (ROW_WORDS * k a multiple of 4)."""
         if ENTRY_QUADS:
             for q in range(ENTRY_WORDS // 4):
-                if SHARED_TABLE:
-                    (entries[4 * q], entries[4 * q + 1],
-                     entries[4 * q + 2], entries[4 * q + 3]) = shared_load4(table, U64(ROW_WORDS * k + 4 * q))
-                else:
-                    (entries[4 * q], entries[4 * q + 1],
-                     entries[4 * q + 2], entries[4 * q + 3]) = load4(table, U64(ROW_WORDS * k + 4 * q))
+                (entries[4 * q], entries[4 * q + 1],
+                 entries[4 * q + 2], entries[4 * q + 3]) = load_table_quad(table, U64(ROW_WORDS * k + 4 * q))
         else:
             for e in range(ENTRY_WORDS):
                 entries[e] = table[U64(ROW_WORDS * k + e)]
