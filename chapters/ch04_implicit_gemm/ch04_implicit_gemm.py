@@ -538,10 +538,10 @@ else:
 #   layer 2.69 against 2.75 — now level with cuDNN. The GEMM keeps its loads after the barrier:
 #   moved halfway it ran 4% slower (3.18 ms against 3.06 at 4096³).
 # - **Why 256 channels still misses the 1.5x** (1.48 in the stored run, 1.50 in the chapter's run
-#   before it; 1.455-1.474 in four runs of the two paths side by side). The table under "Where the
+#   before it; 1.455-1.506 in six runs of the two paths side by side). The table under "Where the
 #   explicit path's time goes" has the argument: on the 14x14 layer 1.5 needs the implicit kernel
-#   at about 0.178-0.182 ms; the GEMM alone takes 0.176-0.178 and the implicit 0.185-0.188, so the
-#   gather costs 0.010 ms (6%) and must almost vanish. Per depth step a thread issues 2,048 FMAs and 417 other instructions in the
+#   at about 0.178-0.182 ms; the GEMM alone takes 0.176-0.178 and the implicit 0.184-0.188, so the
+#   gather costs 0.007-0.010 ms (4-6%) and must almost vanish. Per depth step a thread issues 2,048 FMAs and 417 other instructions in the
 #   implicit kernel, 372 in the GEMM (SASS of the 16x8 tile, the loop's trips counted): 2% more.
 #   Before the table moved, the rest was waiting: Nsight Compute (`ncu --section WarpStateStats
 #   --section SchedulerStats --section SourceCounters`) had the schedulers issuing in 74% of
@@ -614,6 +614,34 @@ else:
 #   rows of FMAs 0.187, after 12 0.185, after 8 (kept) 0.185; the A tile's loads right after the
 #   barrier instead of with the gathers, 0.186; the gathers in two groups of 8, after rows 8 and
 #   12, 0.187, after rows 6 and 12, 0.190 (against 0.185 in the same run).
+# - **Fewer instructions, paid back in fetching them** (H100, 2026-11-24, the 16x8 tile, each beside
+#   the shipped kernels in the same run). `multiply_tile` runs its rows in a loop of pairs, 9
+#   instructions of loop control per 256 FMAs. Unrolled by four instead, each 8-row half of the
+#   implicit kernel's step becomes straight code: 344 instructions besides the 2,048 FMAs of a step
+#   instead of 418. But in straight code ptxas moves the gathers up to the barrier, where "The
+#   gather's wait, hidden" took them away from: 0.1925 ms against 0.1862. A `cuda.syncwarp()`
+#   between the halves keeps them in the middle (after 992 of the 2,048 FMAs; 342 other
+#   instructions, fewer than the GEMM's 373), and it still runs 0.1856 against 0.1845, the
+#   64-channel layer 0.245 against 0.230: a step's code is now 38 KB instead of 22, and Nsight
+#   Compute shows the warps waiting for instructions to be fetched (0.13 cycles per issued
+#   instruction against 0.05) and for the shared-memory pipe (0.05 against 0.01). The GEMM
+#   unrolled the same way runs 3.039 ms against 3.081 at 4096³ (0.878 of cuBLAS against 0.865) with
+#   the 16x8 tile but 3.406 against 3.197 with the 8x16, and it makes the 14x14 layer's explicit
+#   path 2% faster (0.2709 against 0.2760 ms): the baseline of the 1.5x has that much left in it,
+#   which would move the ratio away from 1.5, not towards it. Not kept. (The SASS counts come from a
+#   laptop: ptxas from numba-cuda's cu12 wheels gives the H100's register counts, 246 and 244, and
+#   `nvdisasm` is a wheel too, `nvidia-cuda-nvdisasm`.)
+# - **Where the last 4% goes** (H100, 2026-11-24). Back to back for 3 s each, the implicit kernel
+#   and the GEMM on its im2col both run at 1980 MHz, the implicit drawing 571 W and the GEMM 670 (no
+#   power limit in play): 0.184 against 0.1775 ms, 3.6%. Nsight Compute, clocks locked: 141.5 M
+#   instructions against 138.1 M (+2.5%), 340 K active cycles per SM against 328 K (+3.9%), 3.15
+#   instructions issued per cycle against 3.19. Per issued instruction the warps of both wait alike
+#   (`--metrics smsp__average_warps_issue_stalled_*_per_issue_active.ratio`): not selected, another
+#   warp issued, 0.73 against 0.72 cycles; dispatch 0.24 / 0.22; fixed-latency dependencies
+#   0.18 / 0.16; shared-memory results 0.09 / 0.11; the barrier 0.07 / 0.09; the L1/shared data pipe
+#   45% busy in both. No stall stands out to remove: the gap is the gather's ~45 instructions a step
+#   and a slightly lower issue rate, and every way of removing instructions tried so far has cost
+#   as much in issue rate.
 
 # %%
 chapter.save()
