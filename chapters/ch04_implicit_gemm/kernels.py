@@ -341,9 +341,16 @@ GPU_TILES = {
     # 2 x 128 threads per SM leave up to 255 registers to each: no spills, BK = 16 affordable.
     "128x128 wide, 8x16/thread, BK=16": Tile(128, 128, 16, 8, 16, min_blocks=2, wide=True, prefetch=True),
     "128x128 wide, 16x8/thread, BK=16": Tile(128, 128, 16, 16, 8, min_blocks=2, wide=True, prefetch=True),
+    # 256 threads of 16x8, one block of 8 warps per SM: the B tile serves twice the rows, so a
+    # thread gathers 4 B elements per 1,024 FMAs where the 128x128 tile gathers 16 per 2,048. BK = 8
+    # keeps the tiles (24 KB) and the implicit GEMM's table (12 KB) under the 48 KB of static shared
+    # memory; the price is a barrier per 1,024 FMAs that 8 warps wait at with no second block to run.
+    "256x128 wide, 16x8/thread": Tile(256, 128, 8, 16, 8, min_blocks=1, wide=True, prefetch=True),
 }
 SIM_TILES = {"16x32": Tile(16, 32, 4, 2, 4), "8x16": Tile(8, 16, 4, 2, 2),
-             "16x32 wide, prefetch": Tile(16, 32, 8, 4, 4, wide=True, prefetch=True)}
+             "16x32 wide, prefetch": Tile(16, 32, 8, 4, 4, wide=True, prefetch=True),
+             # more threads than columns, as in the 256x128 tile: each B column gathered by two
+             "32x16 wide, prefetch": Tile(32, 16, 8, 4, 4, wide=True, prefetch=True)}
 TILES = GPU_TILES if ON_GPU else SIM_TILES
 DEFAULT_TILE = next(iter(TILES.values()))
 
