@@ -342,8 +342,10 @@ def conv_case(key, channels, side):
     out = cuda.device_array(g.out_shape, np.float32)
     workspace = cuda.device_array((g.gemm_depth, g.gemm_columns), np.float32)
     tile, tile_ms = k.fastest_tile(lambda name: k.conv2d_implicit(x, w, out, padding=1, tile=name))
-    explicit_tile, explicit_ms = k.fastest_tile(
-        lambda name: k.conv2d_explicit(x, w, out, padding=1, workspace=workspace, tile=name))
+    def explicit(name):
+        return k.conv2d_explicit(x, w, out, padding=1, workspace=workspace, tile=name)
+
+    explicit_tile, explicit_ms = k.fastest_tile(explicit)
     for path, times in (("implicit GEMM", tile_ms), ("explicit", explicit_ms)):
         if times:
             print(f"{key}: {path} ms by tile: " + ", ".join(f"{n} {ms:.3f}" for n, ms in times.items()))
@@ -358,11 +360,10 @@ def conv_case(key, channels, side):
         return k.conv2d_reference(x.copy_to_host(), w.copy_to_host(), 1, 1, 1)
 
     rtol, atol = (1e-3, 2e-2) if torch is not None else k.tolerance(g.gemm_depth)
-    variants = {"explicit: im2col + GEMM": lambda: k.conv2d_explicit(x, w, out, padding=1, workspace=workspace, tile=tile),
+    variants = {"explicit: im2col + GEMM": lambda: explicit(tile),
                 "implicit GEMM": lambda: k.conv2d_implicit(x, w, out, padding=1, tile=tile)}
     if explicit_tile != tile:
-        variants[f"explicit, tile {explicit_tile}"] = lambda: k.conv2d_explicit(x, w, out, padding=1, workspace=workspace,
-                                                                               tile=explicit_tile)
+        variants[f"explicit, tile {explicit_tile}"] = lambda: explicit(explicit_tile)
     result = chapter.compare(
         key,
         variants,
@@ -495,8 +496,8 @@ if workbook.ON_GPU:
     keys = list(layer_results) + [big_key]
     results_by_key = {**{key: r for key, (_, r, _) in layer_results.items()}, big_key: big_result}
     for index, name in enumerate(names):
-        values = [results_by_key[key][fastest_explicit(results_by_key[key]) if name.startswith("explicit") else name].tflops
-                  for key in keys]
+        picked = {key: fastest_explicit(r) if name.startswith("explicit") else name for key, r in results_by_key.items()}
+        values = [results_by_key[key][picked[key]].tflops for key in keys]
         axes.bar(np.arange(len(keys)) + 0.27 * (index - 1), values, width=0.27, label=name)
     axes.set_xticks(np.arange(len(keys)), [key.replace("resnet ", "") for key in keys])
     axes.set_ylabel("TFLOP/s (FP32)")
