@@ -573,6 +573,20 @@ else:
 #   thread, 0.199; 8x8 with 512 threads (16 warps), 0.233; a `cuda.syncwarp()` that keeps its
 #   gathers in the middle of the step, 0.186 (here ptxas's place for them, right after the
 #   barrier, is the better one: 8 warps hide it).
+# - **The same tile with BK = 16, in 60 KB of shared memory** (H100, 2026-11-24, beside the BK = 8
+#   tile in the same run). A barrier per 2,048 FMAs instead of 1,024 needs 49.7 KB of tiles and the
+#   9 KB table: more than the 48 KB a block may declare statically. Dynamic shared memory goes up
+#   to 227 KB a block, once the kernel asks the driver for it (`cuKernelSetAttribute` with
+#   `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` on numba's compiled kernel: numba has no API
+#   for it) and is launched with the bytes (`kernel[blocks, threads, stream, bytes]`). The kernel
+#   then carves its tiles out of one `cuda.shared.array(0, float32, alignment=16)`; a 3-D view at
+#   an offset took a small intrinsic, because `reshape` of a slice calls a runtime helper that is
+#   not linked into CUDA code. 246 registers, no spill, right on every layer. The GEMM gained a
+#   little (28x28 explicit path 0.4525 ms against 0.4584, the big layer 3.366 against 3.411); the
+#   implicit kernel lost on every layer (14x14 0.1877 ms against 0.1824, 28x28 0.347 against 0.340,
+#   the big layer 2.660 against 2.607): with 8 gathers a thread per step instead of 4, its
+#   registers (246 against 236) and the gathers' chains weigh more than the barriers saved. Not
+#   kept: it would only have made the baseline faster.
 # - **Why 256 channels still misses the 1.5x** (1.497 in the stored run, against the explicit
 #   path's own fastest tile; with the 128x128 tile, before the 256x128 one: 1.48 stored and
 #   1.455-1.506 in six runs of the two paths side by side). With the 256x128 tile the table under
@@ -636,7 +650,12 @@ else:
 #   0.185 ms, explicit 0.273 -> 0.269 (its GEMM had a zeroing launch too), so the ratio stayed
 #   within its run-to-run spread (1.46 side by side). And ptxas reacted to the extra code: the
 #   interleaved 128x128 GEMM ran 16% slower (5.17 -> 6.01 ms at 4096³), and the variant that
-#   restored it made the 14x14 implicit kernel 5% slower. Not kept.
+#   restored it made the 14x14 implicit kernel 5% slower. Not kept. Measured again with the 256x128
+#   tile (same run, a wrong answer timed only): without the zeroing launch the implicit kernel
+#   runs 0.1781 ms against 0.1841 and the explicit path's best 0.2694 against 0.2780: 1.513
+#   against 1.510, both paths pay the same 6 us. The driver's memset (`cuMemsetD32Async`) zeroes
+#   the 6.4 MB output in 4.8 us against the zero kernel's 5.8 on their own, and in place left the
+#   implicit kernel's time where it was (0.1845 ms both).
 # - **Fewer instructions around the gather, and fewer registers** (H100, 2026-11-24, the 16x8
 #   tile, each beside the kernels of its day in the same run). A thread gathering a 4x4 block (4
 #   rows of 4 adjacent columns) needs one table quad per step instead of four, 4 shifts instead of
