@@ -362,7 +362,7 @@ DEFAULT_TILE = next(iter(TILES.values()))
 U64 = np.uint64
 
 
-_made = {}  # tile -> {(quads, quad_outputs, tap_field, shared table?): its two kernels}, for resources()
+_made = {}  # tile -> {(quads, quad_outputs, tap_field, table_words): its two kernels}, for resources()
 
 
 @lru_cache(maxsize=None)
@@ -777,7 +777,7 @@ def make_kernels(tile, quads=False, quad_outputs=False, tap_field=0, table_words
     gemm_kernel.parts = {"load_fragments": load_fragments, "multiply_tile": multiply_tile,
                          "output_row": output_row, "load_b_tile": load_b_tile, "block_share": block_share,
                          "store_output_quads": store_output_quads}
-    _made.setdefault(tile, {})[quads, quad_outputs, tap_field, SHARED_TABLE] = (gemm_kernel, implicit_conv_kernel)
+    _made.setdefault(tile, {})[quads, quad_outputs, tap_field, table_words] = (gemm_kernel, implicit_conv_kernel)
     return gemm_kernel, implicit_conv_kernel
 
 
@@ -1011,7 +1011,7 @@ def resources(tile):
     if not ON_GPU:
         return None
     usage = {}
-    for (quads, quad_outputs, field, shared_table), kernels in _made.get(_tile(tile), {}).items():
+    for (quads, quad_outputs, field, table_words), kernels in _made.get(_tile(tile), {}).items():
         for kernel in kernels:
             if not kernel.overloads:  # not compiled yet: nothing launched it
                 continue
@@ -1020,7 +1020,7 @@ def resources(tile):
                 ", 16-byte outputs" if quad_outputs else "")
             if kernel is kernels[1]:
                 name += f", packed table ({field}-bit taps)" if field else ", table of pairs"
-                name += " in shared memory" if shared_table else ""
+                name += f" in shared memory ({4 * table_words // 1024} KB)" if table_words else ""
             usage[name] = {"registers": compiled.regs_per_thread,
                            "local bytes": compiled.local_mem_per_thread,
                            "shared bytes": compiled.shared_mem_per_block}
