@@ -14,17 +14,18 @@ import sys
 from . import ON_GPU, bench, results
 
 
+def meets(value, target):
+    """Does `value` meet a bar's target, written ">= limit" or "<= limit"?"""
+    sign, limit = target.split()
+    return value >= float(limit) if sign == ">=" else value <= float(limit)
+
+
 def bar_figure(record):
     """A bar's measured figure as text: 3 significant digits, more where rounding would make a
     missed bar read as its target (1.4976 against ">= 1.5" prints 1.498, not 1.5)."""
-    sign, limit = record["target"].split()
-
-    def reads_as_met(text):
-        return float(text) >= float(limit) if sign == ">=" else float(text) <= float(limit)
-
     digits = 3
     text = f"{record['measured']:.{digits}g}"
-    while record["met"] is False and reads_as_met(text) and digits < 9:
+    while record["met"] is False and meets(float(text), record["target"]) and digits < 9:
         digits += 1
         text = f"{record['measured']:.{digits}g}"
     return text
@@ -55,13 +56,9 @@ class Chapter:
         In the simulator a bar is not judged (times mean nothing there).
         """
         value, *spread = (float(v) for v in (measured if isinstance(measured, tuple) else (measured,)))
-        if not ON_GPU or value != value:  # simulator, or a NaN: a baseline that could not run
-            met = None
-        elif at_least is not None:
-            met = bool(value >= at_least)
-        else:
-            met = bool(value <= at_most)
         target = f">= {at_least:g}" if at_least is not None else f"<= {at_most:g}"
+        # None in the simulator, or for a NaN: a baseline that could not run
+        met = None if not ON_GPU or value != value else bool(meets(value, target))
         record = {"what": what, "measured": value, "spread": spread or None, "target": target, "met": met}
         self.bars.append(record)
         verdict = {True: "MET", False: "NOT MET",
