@@ -593,7 +593,11 @@ else:
 #   "Where the explicit path's time goes" reads GEMM 0.1788 ms, implicit 0.1814: the gather costs
 #   0.003 ms, and 1.5 needs 0.1811 (the explicit path's own tile gives the same). The 0.2% left is
 #   smaller than the explicit path's spread from run to run (0.270-0.281 ms today), so another run
-#   may read either side of 1.5; the stored run is the figure, and it misses. The 128x128 kernel,
+#   may read either side of 1.5; the stored run is the figure, and it misses. Nor is the 0.2% in
+#   the kernel's start, where each block copies the table before its first barrier (compiled as
+#   up to three L2 round trips one after another, where the GEMM waits for none): the copy done
+#   twice, or unrolled into one round trip, ran within 0.1% of it in three rounds of the same run
+#   (0.1831 and 0.1832 ms against 0.1834; H100, 2026-11-24). The 128x128 kernel,
 #   analysed before the taller tile came: on the 14x14 layer 1.5 needs the implicit kernel
 #   at about 0.178-0.182 ms; the GEMM alone takes 0.176-0.178 and the implicit 0.184-0.188, so the
 #   gather costs 0.007-0.010 ms (4-6%) and must almost vanish. Per depth step a thread issues 2,048 FMAs and 417 other instructions in the
