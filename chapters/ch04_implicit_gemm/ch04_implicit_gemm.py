@@ -597,7 +597,12 @@ else:
 #   the kernel's start, where each block copies the table before its first barrier (compiled as
 #   up to three L2 round trips one after another, where the GEMM waits for none): the copy done
 #   twice, or unrolled into one round trip, ran within 0.1% of it in three rounds of the same run
-#   (0.1831 and 0.1832 ms against 0.1834; H100, 2026-11-24). The 128x128 kernel,
+#   (0.1831 and 0.1832 ms against 0.1834; H100, 2026-11-24). Nor is it instruction count alone:
+#   the A tile's row offsets and bounds worked out once per tile run instead of every step (5 of
+#   the step's 176 instructions besides its 1,024 FMAs, in the SASS) made the 256x128 kernel 0.4%
+#   faster (0.1820 ms against 0.1828) but the 128x128 tile slower in both kernels (28x28 implicit
+#   0.191 against 0.186, the 14x14 explicit path 0.2755 against 0.2723): ptxas schedules the
+#   rest differently. Not kept. The 128x128 kernel,
 #   analysed before the taller tile came: on the 14x14 layer 1.5 needs the implicit kernel
 #   at about 0.178-0.182 ms; the GEMM alone takes 0.176-0.178 and the implicit 0.184-0.188, so the
 #   gather costs 0.007-0.010 ms (4-6%) and must almost vanish. Per depth step a thread issues 2,048 FMAs and 417 other instructions in the
