@@ -58,7 +58,7 @@ class Chapter:
         value, *spread = (float(v) for v in (measured if isinstance(measured, tuple) else (measured,)))
         target = f">= {at_least:g}" if at_least is not None else f"<= {at_most:g}"
         # None in the simulator, or for a NaN: a baseline that could not run
-        met = None if not ON_GPU or value != value else bool(meets(value, target))
+        met = None if not ON_GPU or value != value else meets(value, target)
         record = {"what": what, "measured": value, "spread": spread or None, "target": target, "met": met}
         self.bars.append(record)
         verdict = {True: "MET", False: "NOT MET",
