@@ -522,23 +522,25 @@ else:
 # - **When the GEMM dominates, implicit and explicit converge**: for C = K = 256 the arithmetic
 #   (236 GFLOP) dwarfs the 925 MB of im2col traffic, and the speed-up shrinks towards 1. The
 #   memory saving stays. The issue's 1.5x holds only where im2col costs at least half as much as
-#   the GEMM: the faster the GEMM, the larger im2col's share — with cuDNN's GEMM speed every
-#   layer would pass; with ours, the 64-channel layer does (see the stored H100 figures).
+#   the GEMM: the faster the GEMM, the larger im2col's share. With ours, the three ResNet layers
+#   pass, the 14x14 one by little (im2col 0.093 ms against a GEMM of 0.18: see the stored H100
+#   figures).
 # - **Small layers starve the machine, and stream-K feeds it** (the 14x14 layer, same run, the
-#   256x128 tile: 49 tiles for 132 SMs): one block per tile 0.442 ms, split-K 4 0.241, stream-K
-#   0.181 — every SM busy to the end. The
+#   256x128 tile: 49 tiles for 132 SMs): one block per tile 0.438 ms, split-K 4 0.240, stream-K
+#   0.180 — every SM busy to the end. The
 #   28x28 layer went the same way: its implicit GEMM from 0.291 ms (25 TFLOP/s, before stream-K)
 #   to 0.203 (36 TFLOP/s).
-# - **What moved the GEMM** (4096³, same run): the interleaved 128x128 tile 26.6 TFLOP/s, the wide
-#   tile with prefetch 35.8 (16-byte fragments), the 128-thread 16x8 tile with BK = 16 **44.5
-#   (0.864 of cuBLAS FP32's 51.5)**. The 256-thread tiles stay at 128 registers a thread (2 blocks
+# - **What moved the GEMM** (4096³, same run): the interleaved 128x128 tile 28.0 TFLOP/s, the wide
+#   tile with prefetch 39.8 (16-byte fragments), the 128-thread 16x8 tile with BK = 16 **44.8
+#   (0.869 of cuBLAS FP32's 51.5)**. The 256-thread tiles stay at 128 registers a thread (2 blocks
 #   of 256 per SM) and spill (`local bytes` above); at 128 threads a thread has 255, and 8x16
 #   outputs need 6 shared loads per 128 FMAs. The last 4% came from the instructions around the
 #   FMAs, read in the SASS: shared-tile stores with unsigned indices (one address plus constant
 #   offsets: 69 instructions per depth step fewer in the GEMM, 155 in the implicit kernel) and the
-#   FMA loop's own overhead (`multiply_tile`: 19 instructions per 256 FMAs down to 10). The big
-#   layer's implicit GEMM: 45.1 TFLOP/s, 1.03 of cuDNN (with the 256x128 tile, below; 44.0 and
-#   1.01 with the 128x128). What still separates it from cuBLAS: NVVM
+#   FMA loop's own overhead (`multiply_tile`: 19 instructions per 256 FMAs down to 10; the step
+#   loop's, counted in 32 bits, 27 fewer per step: see "The last 1%" below). The big layer's
+#   implicit GEMM: 45.6 TFLOP/s, 1.04 of cuDNN (with the 256x128 tile, below; 44.0 and 1.01 with
+#   the 128x128 before the 32-bit step loop). What still separates it from cuBLAS: NVVM
 #   (not us) allocates the registers and schedules the loads, a loop of 256 FMAs still carries
 #   22 other instructions, and 8 warps per SM leave little to hide a barrier's stall.
 # - **The gather's wait, hidden.** Right after the syncthreads, every depth step, a warp loaded
@@ -562,13 +564,13 @@ else:
 #   (256 threads of 16x8, one block of 8 warps per SM) gathers 4 elements a thread per 1,024 FMAs
 #   where the 128x128 tile gathers 16 per 2,048. It needs BK = 8 to keep its tiles (24 KB) and the
 #   table (12 KB) under the 48 KB of static shared memory, so it pays a barrier per 1,024 FMAs with
-#   no second block on the SM to run meanwhile; 236 registers, no spill. In the stored run the
-#   implicit kernel picks it on the 14x14 layer (0.181 ms against 0.184 with the 128x128 tile) and
-#   on the big one (2.63 ms against 2.69: 45.1 TFLOP/s, 1.03 of cuDNN); the 28x28 and 64-channel
+#   no second block on the SM to run meanwhile; 236 registers, no spill. In the run that brought it
+#   the implicit kernel picked it on the 14x14 layer (0.181 ms against 0.184 with the 128x128 tile)
+#   and on the big one (2.63 ms against 2.69: 45.1 TFLOP/s, 1.03 of cuDNN); the 28x28 and 64-channel
 #   layers (K = 128 and 64) would leave half or three quarters of it empty. Its GEMM gains nothing
 #   (3.105 ms against 3.081 at 4096³: the B tile's 16-byte loads were never the cost), so on the
 #   14x14 layer the explicit path is faster with the 128x128 tile (0.2716 ms against 0.2771), and
-#   the bar counts that: 1.497, where the same tile for both would read 1.52. Variants, each beside
+#   the bar counts that: it read 1.497, where the same tile for both would read 1.52. Variants, each beside
 #   it in the same run: 4 x 8 threads a warp instead of 2 x 16, the same (0.1838 ms); 8x16 a
 #   thread, 0.199; 8x8 with 512 threads (16 warps), 0.233; a `cuda.syncwarp()` that keeps its
 #   gathers in the middle of the step, 0.186 (here ptxas's place for them, right after the
@@ -587,21 +589,36 @@ else:
 #   the big layer 2.660 against 2.607): with 8 gathers a thread per step instead of 4, its
 #   registers (246 against 236) and the gathers' chains weigh more than the barriers saved. Not
 #   kept: it would only have made the baseline faster.
-# - **Why 256 channels still misses the 1.5x** (1.497 in the stored run, against the explicit
-#   path's own fastest tile; with the 128x128 tile, before the 256x128 one: 1.48 stored and
-#   1.455-1.506 in six runs of the two paths side by side). With the 256x128 tile the table under
-#   "Where the explicit path's time goes" reads GEMM 0.1788 ms, implicit 0.1814: the gather costs
-#   0.003 ms, and 1.5 needs 0.1811 (the explicit path's own tile gives the same). The 0.2% left is
-#   smaller than the explicit path's spread from run to run (0.270-0.281 ms today), so another run
-#   may read either side of 1.5; the stored run is the figure, and it misses. Nor is the 0.2% in
-#   the kernel's start, where each block copies the table before its first barrier (compiled as
-#   up to three L2 round trips one after another, where the GEMM waits for none): the copy done
-#   twice, or unrolled into one round trip, ran within 0.1% of it in three rounds of the same run
-#   (0.1831 and 0.1832 ms against 0.1834; H100, 2026-11-24). Nor is it instruction count alone:
-#   the A tile's row offsets and bounds worked out once per tile run instead of every step (5 of
-#   the step's 176 instructions besides its 1,024 FMAs, in the SASS) made the 256x128 kernel 0.4%
-#   faster (0.1820 ms against 0.1828) but the 128x128 tile slower in both kernels (28x28 implicit
-#   0.191 against 0.186, the 14x14 explicit path 0.2755 against 0.2723): ptxas schedules the
+# - **The last 1%: the step loop in 32 bits** (H100, 2026-11-24). With the 256x128 tile the
+#   14x14 layer read 1.497 in the stored run, against the explicit path's own fastest tile (with
+#   the 128x128 tile, before it: 1.48 stored and 1.455-1.506 in six runs side by side): GEMM
+#   0.1788 ms, implicit 0.1814, and 1.5 needed 0.1811. numba's `range` counts in 64 bits, and so
+#   did the step loop of both kernels: its count, its "is there a next step" test, the buffer
+#   index and each tile's depth offset, in pairs of 32-bit instructions. `multiply_tile` already
+#   counted its trips in 32 bits; the step loop now does too (`step` a `uint32`, each sum cast back
+#   to 32 bits, so that LLVM knows the high half is zero). Per step, besides the FMAs, the SASS
+#   goes from 176 instructions to 152 in the 256x128 implicit kernel and from 373 to 346 in the
+#   GEMM's 16x8 tile. Beside the old kernels in one process, 3 rounds of 60 calls each (every
+#   output checked against cuDNN first): the 14x14 implicit kernel 0.1807 ms against 0.1824, the big layer
+#   2.598 against 2.627, the GEMM 3.065 against 3.080 at 4096³, and the explicit path's best
+#   (the same loop) 0.2712 against 0.2720: 1.501 against 1.491 side by side. The stored run:
+#   implicit 0.1803 ms, explicit 0.2734, **1.52**. The 28x28 layer's 128x128 implicit kernel
+#   moved by under 0.3%, and two things got slower: the 64-channel layer's 64x128 implicit kernel
+#   (0.2332 ms against 0.2311, with the fence below) and the 256x128 GEMM (3.156 ms against 3.107
+#   at 4096³, no layer's best explicit tile), which is partly why the 14x14 "gather" in the table
+#   above now reads about zero (-0.0005 ms). One trap: written as a `while` loop, ptxas sank the 64x128 tile's next-step
+#   loads below all of the step's FMAs (0.285 ms against 0.231 on the 64-channel layer: their
+#   latency no longer hidden). Memory accesses do not move across a `cuda.syncwarp()`, so one
+#   after the gathers keeps them where `SPLIT` puts them. Elsewhere it costs at most 0.3% (the
+#   256x128 kernel, 0.1807 ms against 0.1802 without it) and the 128x128 kernel gains 0.5%.
+#   Two explanations of the old miss had been measured and excluded before: the kernel's start,
+#   where each block copies the table before its first barrier (compiled as up to three L2 round
+#   trips one after another, where the GEMM waits for none): the copy done twice, or unrolled into
+#   one round trip, ran within 0.1% of it in three rounds of the same run (0.1831 and 0.1832 ms
+#   against 0.1834). And the A tile's row offsets and bounds worked out once per tile run instead
+#   of every step (5 of the step's 176 instructions, in the SASS): the 256x128 kernel 0.4% faster
+#   (0.1820 ms against 0.1828) but the 128x128 tile slower in both kernels (28x28 implicit 0.191
+#   against 0.186, the 14x14 explicit path 0.2755 against 0.2723): ptxas schedules the
 #   rest differently. Not kept. The 128x128 kernel,
 #   analysed before the taller tile came: on the 14x14 layer 1.5 needs the implicit kernel
 #   at about 0.178-0.182 ms; the GEMM alone takes 0.176-0.178 and the implicit 0.184-0.188, so the
