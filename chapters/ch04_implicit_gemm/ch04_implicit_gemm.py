@@ -564,17 +564,17 @@ else:
 #   (256 threads of 16x8, one block of 8 warps per SM) gathers 4 elements a thread per 1,024 FMAs
 #   where the 128x128 tile gathers 16 per 2,048. It needs BK = 8 to keep its tiles (24 KB) and the
 #   table (12 KB) under the 48 KB of static shared memory, so it pays a barrier per 1,024 FMAs with
-#   no second block on the SM to run meanwhile; 236 registers, no spill. In the run that brought it
-#   the implicit kernel picked it on the 14x14 layer (0.181 ms against 0.184 with the 128x128 tile)
-#   and on the big one (2.63 ms against 2.69: 45.1 TFLOP/s, 1.03 of cuDNN); the 28x28 and 64-channel
-#   layers (K = 128 and 64) would leave half or three quarters of it empty. Its GEMM gains nothing
-#   (3.105 ms against 3.081 at 4096³: the B tile's 16-byte loads were never the cost), so on the
-#   14x14 layer the explicit path is faster with the 128x128 tile (0.2716 ms against 0.2771), and
-#   the bar counts that: it read 1.497, where the same tile for both would read 1.52. Variants, each beside
-#   it in the same run: 4 x 8 threads a warp instead of 2 x 16, the same (0.1838 ms); 8x16 a
-#   thread, 0.199; 8x8 with 512 threads (16 warps), 0.233; a `cuda.syncwarp()` that keeps its
-#   gathers in the middle of the step, 0.186 (here ptxas's place for them, right after the
-#   barrier, is the better one: 8 warps hide it).
+#   no second block on the SM to run meanwhile; 236 registers, no spill. In the run that brought
+#   it the implicit kernel picked it on the 14x14 layer (0.181 ms against 0.184 with the 128x128
+#   tile) and on the big one (2.63 ms against 2.69: 45.1 TFLOP/s, 1.03 of cuDNN); the 28x28 and
+#   64-channel layers (K = 128 and 64) would leave half or three quarters of it empty. Its GEMM
+#   gains nothing (3.105 ms against 3.081 at 4096³: the B tile's 16-byte loads were never the
+#   cost), so on the 14x14 layer the explicit path is faster with the 128x128 tile (0.2716 ms
+#   against 0.2771), and the bar counts that: it read 1.497, where the same tile for both would
+#   read 1.52. Variants, each beside it in the same run: 4 x 8 threads a warp instead of 2 x 16,
+#   the same (0.1838 ms); 8x16 a thread, 0.199; 8x8 with 512 threads (16 warps), 0.233; a
+#   `cuda.syncwarp()` that keeps its gathers in the middle of the step, 0.186 (here ptxas's place
+#   for them, right after the barrier, is the better one: 8 warps hide it).
 # - **The same tile with BK = 16, in 60 KB of shared memory** (H100, 2026-11-24, beside the BK = 8
 #   tile in the same run). A barrier per 2,048 FMAs instead of 1,024 needs 49.7 KB of tiles and the
 #   9 KB table: more than the 48 KB a block may declare statically. Dynamic shared memory goes up

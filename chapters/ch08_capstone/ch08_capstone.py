@@ -338,16 +338,16 @@ parts = chapter.compare("training step, by part", {"forward (gather not included
 # - **It learns as well as torch.** 40 epochs of 5 steps: 99.4% of the held-out digits, the torch
 #   twin 98.9-99.4% over two runs; the two loss curves lie on each other (they differ only in the
 #   dropout masks), which is the end-to-end check that every gradient is right at full size.
-# - **A step as a graph beats torch eager 3-5x in wall time**: about 600 us per step in a loop
-#   against 1,900-2,800 us. Not because the kernels are faster — the GPU time of a step is 0.60 ms
+# - **A step as a graph beats torch eager 4-6x in wall time**: about 600 us per step in a loop
+#   against 1,900-2,800 us. Not because the kernels are faster — the GPU time of a step is 0.56 ms
 #   against torch's 0.41 — but because torch pays 2-3 ms of host per step to issue ~40 kernels
 #   through autograd, while the graph pays 7 us to issue all of ours. At this size every training
 #   step is launch-bound, torch's included.
 # - **The same step from Python, wrapper by wrapper**, costs ~3 ms of host (4.6 ms before the
 #   wrappers cached their launches, chapter 07): each of its 28 wrapper calls (47 launches) still
 #   checks its arguments and builds its views, ~110 us a call. Graphs exist for exactly this.
-# - **Where our GPU time goes**: the backward (0.40 ms) is twice the forward (0.24). The data
-#   gradient runs at 8.9 TFLOP/s against cuDNN's 15 and the weight gradient at 4.9 against 7.0: a
+# - **Where our GPU time goes**: the backward (0.38 ms) is 1.7 times the forward (0.22). The data
+#   gradient runs at 11.4 TFLOP/s against cuDNN's 15.2 and the weight gradient at 5.0 against 6.9: a
 #   32-row tile still leaves a small layer with few blocks, and the weight gradient's 106 slices
 #   add into dw with atomics. Chapter 01's BatchNorm kernels give each 64-value plane a block of
 #   256 threads, three quarters of them idle; a warp per plane would fit these shapes.
