@@ -599,17 +599,17 @@ else:
 #   to 32 bits, so that LLVM knows the high half is zero). Per step, besides the FMAs, the SASS
 #   goes from 176 instructions to 152 in the 256x128 implicit kernel and from 373 to 346 in the
 #   GEMM's 16x8 tile. Beside the old kernels in one process, 3 rounds of 60 calls each (every
-#   output checked against cuDNN first): the 14x14 implicit kernel 0.1807 ms against 0.1824, the big layer
-#   2.598 against 2.627, the GEMM 3.065 against 3.080 at 4096³, and the explicit path's best
-#   (the same loop) 0.2712 against 0.2720: 1.501 against 1.491 side by side. The stored run:
+#   output checked against cuDNN first): the 14x14 implicit kernel 0.1807 ms against 0.1824, the
+#   big layer 2.598 against 2.627, the GEMM 3.065 against 3.080 at 4096³, and the explicit path's
+#   best (the same loop) 0.2712 against 0.2720: 1.501 against 1.491 side by side. The stored run:
 #   implicit 0.1803 ms, explicit 0.2734, **1.52**. The 28x28 layer's 128x128 implicit kernel
 #   moved by under 0.3%, and three things got slower: the 64-channel layer's 64x128 implicit
 #   kernel (0.2332 ms against 0.2311, with the fence below), chapter 08's 32x128 tile on its
-#   layer (23.5 us against 23.1) and the 256x128 GEMM (3.156 ms against 3.107 at 4096³, no layer's
-#   best explicit tile), which is partly why the 14x14 "gather" in the table
-#   above now reads about zero (-0.0005 ms). One trap: written as a `while` loop, ptxas sank the 64x128 tile's next-step
-#   loads below all of the step's FMAs (0.285 ms against 0.231 on the 64-channel layer: their
-#   latency no longer hidden). Memory accesses do not move across a `cuda.syncwarp()`, so one
+#   layer (23.5 us against 23.1) and the 256x128 GEMM (3.156 ms against 3.107 at 4096³, no
+#   layer's best explicit tile), which is partly why the 14x14 "gather" in the table above now
+#   reads about zero (-0.0005 ms). One trap: written as a `while` loop, ptxas sank the 64x128
+#   tile's next-step loads below all of the step's FMAs (0.285 ms against 0.231 on the 64-channel
+#   layer: their latency no longer hidden). Memory accesses do not move across a `cuda.syncwarp()`, so one
 #   after the gathers keeps them where `SPLIT` puts them. Elsewhere it costs at most 0.3% (the
 #   256x128 kernel, 0.1807 ms against 0.1802 without it) and the 128x128 kernel gains 0.5%.
 #   Two explanations of the old miss had been measured and excluded before: the kernel's start,
