@@ -191,7 +191,6 @@ def test_plots_draw_what_they_are_given():
 
 @pytest.mark.parametrize("measured, target, met, text", [
     (1.4976, ">= 1.5", False, "1.498"),  # a miss never prints as its target
-    (1.4976, ">= 1.5", True, "1.5"),  # (not possible from Chapter.bar, but rounding alone is fine)
     (1.0004, "<= 1", False, "1.0004"),
     (0.8653, ">= 0.7", True, "0.865"),
     (0.5, ">= 0.7", False, "0.5"),
@@ -200,3 +199,18 @@ def test_bar_figures_do_not_round_a_miss_into_a_pass(measured, target, met, text
     from workbook.chapter import bar_figure
 
     assert bar_figure({"measured": measured, "target": target, "met": met}) == text
+
+
+@pytest.mark.parametrize("measured, spread, target, expected", [
+    (1.518, [1.4916, 1.527], ">= 1.5", "within noise"),  # the median clears it, the spread does not
+    (1.62, [1.609, 1.622], ">= 1.5", "met"),
+    (1.113, [1.105, 1.12], "<= 1.1", "not met"),
+    (1.08, [1.07, 1.11], "<= 1.1", "within noise"),
+    (0.99, None, ">= 0.97", "met"),  # no spread (an accuracy): its value alone
+    (float("nan"), None, ">= 1", None),
+])
+def test_a_bar_is_met_only_when_its_spread_clears_it(measured, spread, target, expected):
+    from workbook.chapter import verdict
+
+    assert verdict({"measured": measured, "spread": spread, "target": target, "met": True}) == expected
+    assert verdict({"measured": measured, "spread": spread, "target": target, "met": None}) is None

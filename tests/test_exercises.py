@@ -6,6 +6,7 @@ and the proofs that exercises, solutions and checks cannot drift apart or pass v
     python -m pytest --exercises --solutions  the solutions (the README's test command runs them too)
 """
 
+import os
 import workbook  # noqa: F401,I001
 
 from pathlib import Path
@@ -104,10 +105,61 @@ def test_check_fails_on_a_planted_wrong_answer(exercise, index, tmp_path, not_co
     print(f"{exercise.id} with {old!r} -> {new!r}: {failure.value}")
 
 
-def test_handout_leaves_out_the_solutions(tmp_path):
-    from workbook.__main__ import write_handout
+def _checkout_copy(tmp_path):
+    """A git clone of this checkout at its HEAD, with the workbook's handout module to run there."""
+    import subprocess
 
-    copied = write_handout(tmp_path / "handout")
-    names = {Path(p).name for p in copied}
+    from workbook import results
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(results.ROOT), str(clone)], check=True)
+    return clone
+
+
+def _handout(clone, destination, *extra):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "workbook", "handout", str(destination), *extra], cwd=clone,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(clone),
+                                                               "WORKBOOK_DEVICE": "sim", "WORKBOOK_COMPILE": "0"})
+
+
+def test_handout_is_the_committed_workbook_without_the_solutions(tmp_path):
+    clone = _checkout_copy(tmp_path)
+    done = _handout(clone, tmp_path / "handout")
+    assert done.returncode == 0, done.stdout + done.stderr
+    handout = tmp_path / "handout"
+    names = {p.name for p in handout.rglob("*") if p.is_file()}
     assert "solutions.py" not in names and "exercises.py" in names and "checks.py" in names
-    assert not (tmp_path / "handout" / ".git").exists()
+    assert not (handout / ".git").exists()
+    assert 'pip install -e ".[dev,compile,capstone]"' in done.stdout  # the README's install line
+    assert 'pip install -e ".[dev,compile,capstone]"' in (handout / "README.md").read_text()
+
+
+def test_handout_refuses_uncommitted_answers_and_stray_files(tmp_path):
+    from workbook import exercises as ex
+
+    clone = _checkout_copy(tmp_path)
+    (clone / "notes.html").write_text("<p>an instructor's notes</p>")
+    exercises_py = clone / ex.module_path("ch01", "exercises").relative_to(ex.CHAPTERS.parent)
+    exercises_py.write_text(exercises_py.read_text().replace(
+        'raise NotImplementedError("ch01.1', 'bits = 0  # an answer\n        raise NotImplementedError("ch01.1', 1))
+    refused = _handout(clone, tmp_path / "refused")
+    assert refused.returncode != 0
+    assert "notes.html" in refused.stderr and "exercises.py" in refused.stderr and "--force" in refused.stderr
+    assert not (tmp_path / "refused").exists()
+
+    forced = _handout(clone, tmp_path / "forced", "--force")  # the committed files, without the edits
+    assert forced.returncode == 0, forced.stderr
+    assert not (tmp_path / "forced" / "notes.html").exists()
+    shipped = tmp_path / "forced" / exercises_py.relative_to(clone)
+    assert "# an answer" not in shipped.read_text()
+
+    import subprocess  # an answer committed is refused too: it is in the regions, not in git's status
+
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "answer"], cwd=clone,
+                   check=True)
+    (clone / "notes.html").unlink()
+    refused = _handout(clone, tmp_path / "refused-again")
+    assert refused.returncode != 0 and "ch01.1" in refused.stderr

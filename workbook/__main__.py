@@ -7,22 +7,21 @@
     python -m workbook exercises [chNN ...] the progress table of your exercises (--solutions: of solutions.py)
     python -m workbook handout DIR          a copy of the workbook for students: no solutions.py
     python -m workbook compile [chNN ...]   every kernel the chapters' tests launch, compiled for a GPU
-                                            (cc 9.0 and 7.0) on this machine, GPU or not: a table
+                                            (cc 9.0 and 7.5) on this machine, GPU or not: a table
 """
 
 import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import workbook
-from workbook import results
-from workbook.chapter import bar_figure
+from workbook import results, tables
+from workbook.chapter import MET, NOT_MET, WITHIN_NOISE, bar_figure, bar_spread, verdict
 
 CHAPTERS = results.ROOT / "chapters"
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -93,13 +92,12 @@ def _can_execute_notebooks():
 
 
 def run(args):
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     scripts = chapter_scripts(args.chapters)
     use_notebook = {"notebook": True, "script": False, "auto": _can_execute_notebooks()}[args.how]
     out_dir = results.device_dir()
-    console = Console(width=160)
+    console = tables.console()
     console.print(f"[bold]workbook run[/]: {len(scripts)} chapter(s) in {workbook.MODE} mode on "
                   f"{results.device_facts()['name']}, as {'notebooks' if use_notebook else 'scripts'}; "
                   f"logs in {out_dir}/")
@@ -191,11 +189,12 @@ def summary(console, chapter_ids, slug, base=None):
     console.print(table)
     if bars:
         bar_table = Table(title=f"Bars ({source})")
-        for column in ("chapter", "bar", "measured", "target", "met"):
+        for column in ("chapter", "bar", "measured [p25-p75]", "target", "verdict"):
             bar_table.add_column(column)
+        colour = {MET: "[green]met[/]", WITHIN_NOISE: "[yellow]within noise[/]", NOT_MET: "[red]not met[/]", None: "-"}
         for bar in bars:
-            met = {True: "[green]met[/]", False: "[red]not met[/]", None: "-"}[bar["met"]]
-            bar_table.add_row(bar["chapter"], bar["what"], bar_figure(bar), bar["target"], met)
+            bar_table.add_row(bar["chapter"], bar["what"], f"{bar_figure(bar)} {bar_spread(bar)}", bar["target"],
+                              colour[verdict(bar)])
         console.print(bar_table)
 
 
@@ -203,10 +202,10 @@ def markdown_tables(slug):
     """(bars, full table, stamps) in Markdown, from the stored results of device `slug`."""
     ids = list(chapter_scripts())
     rows, bars = summary_rows(ids, slug)
-    met = {True: "met", False: "**not met**", None: "-"}
-    bar_lines = ["| chapter | bar (from the issue) | measured | target | met |", "|---|---|---|---|---|"]
-    bar_lines += [f"| {b['chapter']} | {b['what']} | {bar_figure(b)} | {b['target']} | {met[b['met']]} |"
-                  for b in bars]
+    shown = {MET: "met", WITHIN_NOISE: "*within noise*", NOT_MET: "**not met**", None: "-"}
+    bar_lines = ["| chapter | bar (from the issue) | measured | p25-p75 | target | verdict |", "|---|---|---|---|---|---|"]
+    bar_lines += [f"| {b['chapter']} | {b['what']} | {bar_figure(b)} | {bar_spread(b)[1:-1] or '-'} | {b['target']} "
+                  f"| {shown[verdict(b)]} |" for b in bars]
     full_lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     full_lines += ["| " + " | ".join(row[c] for c in COLUMNS) + " |" for row in rows]
     stamps = []
@@ -237,9 +236,8 @@ def table(args):
     elif args.markdown:
         print(f"{bars}\n\n{full}\n\n{stamps}")
     else:
-        from rich.console import Console
 
-        summary(Console(width=160), list(chapter_scripts()), args.device)
+        summary(tables.console(), list(chapter_scripts()), args.device)
 
 
 def notebooks(args):
@@ -335,7 +333,7 @@ def module_kernels(chapter_ids, skip=("exercises",)):
 def compile_table(records, console, never_launched=()):
     from rich.table import Table
 
-    table = Table(title="Every kernel launched, compiled for a GPU (cc 9.0, and 7.0) without one")
+    table = Table(title="Every kernel launched, compiled for a GPU (cc 9.0, and 7.5) without one")
     for column in ("kernel", "signature", "compiled", "registers", "spills (B)"):
         table.add_column(column, overflow="fold")
     errors = 0
@@ -362,11 +360,10 @@ def compile_kernels(args):
     """Run the chapters' tests in the simulator with every launch compiled, then print the table."""
     import tempfile
 
-    from rich.console import Console
 
     from workbook import compiler
 
-    console = Console(width=200)
+    console = tables.console()
     if workbook.MODE != "sim":
         console.print("`compile` works in the simulator (WORKBOOK_DEVICE=sim); on a GPU every launch compiles anyway")
         return 2
@@ -396,38 +393,14 @@ def compile_kernels(args):
     return 1 if errors or not records else 0
 
 
-HANDOUT_LEAVES_OUT = ("solutions.py",)
-
-
-def write_handout(destination):
-    """Copy the workbook (git's files if this is a checkout, else every file) without the solutions."""
-    destination = Path(destination)
-    if destination.exists() and any(destination.iterdir()):
-        raise SystemExit(f"{destination} exists and is not empty")
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                            cwd=results.ROOT, capture_output=True, text=True)
-    if listed.returncode == 0:
-        files = [Path(line) for line in listed.stdout.splitlines() if line]
-    else:
-        skip = {".git", ".venv", "__pycache__", ".pytest_cache", ".whl", "build"}
-        files = [p.relative_to(results.ROOT) for p in results.ROOT.rglob("*")
-                 if p.is_file() and not skip.intersection(p.relative_to(results.ROOT).parts)]
-    copied = []
-    for relative in files:
-        source = results.ROOT / relative
-        if relative.name in HANDOUT_LEAVES_OUT or not source.is_file():
-            continue
-        target = destination / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
-        copied.append(str(relative))
-    return copied
-
-
 def handout(args):
-    copied = write_handout(args.directory)
-    print(f"wrote {len(copied)} files to {args.directory} (no solutions.py). There, as a student would:\n"
-          f"  pip install -e '.[dev]' && python -m pytest --exercises")
+    from workbook import handout as handouts
+
+    written, problems = handouts.write(args.directory, force=args.force)
+    for line in problems:
+        print(f"warning (--force): {line}")
+    print(f"wrote {len(written)} committed files to {args.directory} (no solutions.py). There, as a student "
+          f"would:\n  {handouts.INSTALL}\n  python -m pytest --exercises")
     return 0
 
 
@@ -468,6 +441,9 @@ def main(argv=None):
     compile_parser.set_defaults(func=compile_kernels)
     handout_parser = commands.add_parser("handout", help="a copy of the workbook without solutions")
     handout_parser.add_argument("directory")
+    handout_parser.add_argument("--force", action="store_true",
+                                help="write the committed files even if the checkout has uncommitted or untracked "
+                                     "files, or exercise regions that are not their stubs")
     handout_parser.set_defaults(func=handout)
     args = parser.parse_args(argv)
     return args.func(args) or 0

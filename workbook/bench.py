@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import cuda
 
-from . import ON_GPU
+from . import ON_GPU, tables
 from .check import assert_close
 
 DEFAULT_REPEATS = 50
@@ -165,14 +165,12 @@ class Comparison:
         return table
 
     def show(self):
-        from rich.console import Console
 
-        Console(width=140).print(self.table())
+        tables.console().print(self.table())
 
     def __repr__(self):
-        from rich.console import Console
 
-        console = Console(width=140, record=True, file=open("/dev/null", "w"), force_terminal=False)
+        console = tables.console(record=True, file=open("/dev/null", "w"), force_terminal=False)
         console.print(self.table())
         return console.export_text()
 

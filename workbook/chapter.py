@@ -9,9 +9,8 @@ In the simulator the same calls run (and check) every kernel, and each compariso
 stored GPU figures for the same case, so a student without a GPU still sees what the GPU does.
 """
 
-import sys
 
-from . import ON_GPU, bench, results
+from . import ON_GPU, bench, results, tables
 
 
 def meets(value, target):
@@ -20,15 +19,41 @@ def meets(value, target):
     return value >= float(limit) if sign == ">=" else value <= float(limit)
 
 
+MET, WITHIN_NOISE, NOT_MET = "met", "within noise", "not met"
+
+
+def verdict(record):
+    """A bar's verdict from its figure, its spread and its target (None: not judged).
+
+    met: the whole measured spread (25th-75th percentile of the per-repeat figures) clears the
+    target; within noise: the median does but the spread straddles it, so another run may read
+    either way; not met: the median misses. A bar without a spread (a count, an accuracy) is
+    judged on its value."""
+    if record.get("met") is None or record["measured"] != record["measured"]:
+        return None
+    spread = record.get("spread") or [record["measured"]]
+    if not meets(record["measured"], record["target"]):
+        return NOT_MET
+    return MET if all(meets(value, record["target"]) for value in spread) else WITHIN_NOISE
+
+
 def bar_figure(record):
     """A bar's measured figure as text: 3 significant digits, more where rounding would make a
-    missed bar read as its target (1.4976 against ">= 1.5" prints 1.498, not 1.5)."""
+    missed bar read as its target (1.4976 against ">= 1.5" prints 1.498, not 1.5), and the
+    spread beside it where the run measured one."""
     digits = 3
     text = f"{record['measured']:.{digits}g}"
-    while record["met"] is False and meets(float(text), record["target"]) and digits < 9:
+    missed = not meets(record["measured"], record["target"])
+    while missed and meets(float(text), record["target"]) and digits < 9:
         digits += 1
         text = f"{record['measured']:.{digits}g}"
     return text
+
+
+def bar_spread(record):
+    """The bar's measured spread as text, "[low-high]", or "" where it has none."""
+    spread = record.get("spread")
+    return f"[{spread[0]:.3g}-{spread[1]:.3g}]" if spread else ""
 
 
 class Chapter:
@@ -52,25 +77,30 @@ class Chapter:
     def bar(self, what, measured, *, at_least=None, at_most=None):
         """A target from the issue, held against a measured figure (median of a ratio or a value).
 
-        `measured` may be a number or the (median, p25, p75) triple that Comparison.ratio returns.
+        `measured` may be a number or the (median, p25, p75) triple that Comparison.ratio returns;
+        with a spread, the bar is met only when all of it clears the target (see `verdict`).
         In the simulator a bar is not judged (times mean nothing there).
         """
         value, *spread = (float(v) for v in (measured if isinstance(measured, tuple) else (measured,)))
         target = f">= {at_least:g}" if at_least is not None else f"<= {at_most:g}"
         # None in the simulator, or for a NaN: a baseline that could not run
-        met = None if not ON_GPU or value != value else meets(value, target)
-        record = {"what": what, "measured": value, "spread": spread or None, "target": target, "met": met}
+        judged = ON_GPU and value == value  # not in the simulator, nor for a NaN: a baseline that could not run
+        record = {"what": what, "measured": value, "spread": spread or None, "target": target,
+                  "met": True if judged else None}
+        record["verdict"] = verdict(record)
+        record["met"] = None if not judged else record["verdict"] == MET
         self.bars.append(record)
-        verdict = {True: "MET", False: "NOT MET",
-                   None: "not judged: " + ("simulator" if not ON_GPU else "not measured")}[met]
-        print(f"bar: {what}: {bar_figure(record)} (target {target}) -> {verdict}")
-        return met
+        said = record["verdict"] or "not judged: " + ("simulator" if not ON_GPU else "not measured")
+        print(f"bar: {what}: {bar_figure(record)} {bar_spread(record)} (target {target}) -> {said}")
+        return record["met"]
 
     def savefig(self, figure, name):
         path = results.device_dir() / f"{self.id}_{name}.png"
         figure.savefig(path, dpi=110, bbox_inches="tight")
         self.figures.append(path.name)
         if not ON_GPU:
+            print(f"This run's {path.name} (drawn at the end of this cell in a notebook) only shows that the "
+                  "plotting runs: the simulator's times mean nothing.")
             self.show_stored_figure(name)
         return path
 
@@ -81,8 +111,7 @@ class Chapter:
             print(f"(no stored GPU plot {stored.name} yet)")
             return
         device = self.stored["stamp"]["device"] if self.stored else results.REFERENCE_DEVICE
-        print(f"The plot above is from the simulator (its times mean nothing). The same plot measured on "
-              f"{device}: {stored.relative_to(results.ROOT)}")
+        print(f"The same plot measured on {device}: {stored.relative_to(results.ROOT)}")
         try:
             from IPython import get_ipython
             from IPython.display import Image, display
@@ -104,8 +133,69 @@ class Chapter:
         payload = {"chapter": self.id, "title": self.title, "stamp": results.stamp(),
                    "cases": self.cases, "bars": self.bars, "figures": self.figures, "records": self.records}
         path = results.save_json(self.id, payload)
-        print(f"saved {path}", file=sys.stderr)
+        print(f"saved {path}")
         return path
+
+    # -- figures for the text: never typed by hand ------------------------------------------------
+
+    def figures_source(self):
+        """Where the text's figures come from: this run on a GPU, the stored GPU run in the simulator."""
+        if ON_GPU:
+            return {"cases": self.cases, "bars": self.bars, "records": self.records,
+                    "stamp": results.stamp()}
+        if not self.stored:
+            raise LookupError(f"no stored GPU results for {self.id} (results/{results.REFERENCE_DEVICE}/"
+                              f"{self.id}.json): run the chapter on a GPU first")
+        return self.stored
+
+    def figure(self, name, variant=None, field="median_ms", *, size=None):
+        """A measured figure, for the chapter's text (see `lesson`).
+
+        name: a bar's text (its measured value, or field "p25"/"p75" for its spread), a record's key
+        (with `variant`: one of its values), or a case's key with `variant`: that row's `field`
+        (median_ms, gbps, tflops, fraction_of_ceiling, host_us, latency_us, speedup_vs_first,
+        speedup_vs_baseline). `size` (the start of the case's size text) picks one of the cases that
+        share a key (the points of a sweep, the layers of a split).
+        Raises LookupError, naming what exists, if there is no such figure."""
+        source = self.figures_source()
+        for bar in source["bars"]:
+            if bar["what"] == name:
+                if field in ("p25", "p75"):
+                    return bar["spread"][field == "p75"]
+                return bar["measured"]
+        if name in source["records"]:
+            values = source["records"][name]
+            return values if variant is None else values[variant]
+        cases = [c for c in source["cases"] if c["key"] == name and (size is None or c["size"].startswith(size))]
+        if not cases:
+            known = sorted({c["key"] for c in source["cases"]} | {b["what"] for b in source["bars"]}
+                           | set(source["records"]))
+            raise LookupError(f"{self.id} has no case, bar or record {name!r}" + (f" of size {size!r}" if size else "")
+                              + f"; it has: {known}")
+        rows = {row["variant"]: row for row in cases[-1]["rows"]}
+        if variant not in rows:
+            raise LookupError(f"{self.id} case {name!r} has no variant {variant!r}; it has: {sorted(rows)}")
+        value = rows[variant][field]
+        return value[0] if isinstance(value, list | tuple) else value  # a ratio: its median
+
+    def lesson(self, text, **figures):
+        """Show the chapter's closing text with its measured figures filled in (str.format fields:
+        `{speedup:.2f}`), each from this run on a GPU or from the stored GPU results in the
+        simulator, so that no figure in it is typed by hand. Markdown in Jupyter, text elsewhere."""
+        stamp = self.figures_source()["stamp"]
+        origin = ("this run" if ON_GPU else "the stored run") + f" on {stamp['device']}, {stamp['date'][:10]}"
+        body = f"*Figures from {origin}.*\n\n" + text.strip().format(**figures)
+        try:
+            from IPython import get_ipython
+            from IPython.display import Markdown, display
+
+            if get_ipython() is not None:
+                display(Markdown(body))
+                return body
+        except ImportError:
+            pass
+        print(body)
+        return body
 
     def show_stored(self, key):
         """Print the stored GPU result for case `key`, if the repository has one."""
@@ -115,7 +205,6 @@ class Chapter:
         stamp = self.stored["stamp"]
         for case in self.stored["cases"]:
             if case["key"] == key:
-                from rich.console import Console
                 from rich.table import Table
 
                 table = Table(title=f"stored on {stamp['device']} ({case['size']}), {stamp['date'][:10]}")
@@ -128,7 +217,7 @@ class Chapter:
                                   _fmt(row["fraction_of_ceiling"], ".0%"), _fmt(row["tflops"], ".2f"),
                                   "-" if not speedup else f"{speedup[0]:.2f}x", _fmt(row.get("host_us"), ".0f"),
                                   _fmt(row.get("latency_us"), ".0f"))
-                Console(width=140).print(table)
+                tables.console().print(table)
 
 
 def _fmt(value, spec):

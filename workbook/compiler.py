@@ -7,8 +7,10 @@ same wheels reports registers and spills. In simulator mode, `install()` makes e
 
     1. type the kernel's arguments as a GPU launch would (dtype, dimensions, layout of each array),
     2. compile the kernel once per signature, for compute capability 9.0 (the H100 the workbook is
-       measured on) and 7.0 (the oldest it supports), in a separate worker process,
-    3. raise GPUCompileError, with numba's message, if the GPU compiler rejects it.
+       measured on) and 7.5 (a T4, the GPU of free hosted notebooks), in a separate worker process,
+    3. raise GPUCompileError, with numba's message, if the GPU compiler rejects it. A compile that
+       could not run at all (no driver where a module wants one, a kernel that cannot travel to the
+       worker) is not the kernel's fault: it is said once on stderr, and the launch goes on.
 
 Why a worker process: in simulator mode `numba.cuda` *is* the simulator, and the real compiler
 cannot be imported beside it. The kernel travels to the worker by value (cloudpickle): its code, the
@@ -34,10 +36,12 @@ import sys
 import threading
 from pathlib import Path
 
-CCS = ((9, 0), (7, 0))  # the H100 the workbook is measured on, and the oldest GPU it supports
+# The H100 the workbook is measured on, and the T4 of free hosted notebooks (7.5: the oldest GPU that
+# CUDA 13 still supports).
+CCS = ((9, 0), (7, 5))
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "compile-cache"
-CACHE_FORMAT = 2  # bump when what a cached answer holds changes
+CACHE_FORMAT = 3  # bump when what a cached answer holds changes
 
 
 class GPUCompileError(RuntimeError):
@@ -220,8 +224,20 @@ def _compile_one(payload, argtypes, ccs):
     return results
 
 
+def is_the_kernels_fault(error):
+    """Did the compiler reject the kernel (numba's typing or lowering, NVVM), as opposed to the
+    compile not being able to run here (no driver, a module that cannot be imported or pickled)?"""
+    from numba.core.errors import NumbaError
+    from numba.cuda.cudadrv.error import NvvmError
+
+    return isinstance(error, NumbaError | NvvmError) and "CudaSupportError" not in str(error)
+
+
 def serve():
-    """Worker loop on stdin/stdout (binary): one request, one answer."""
+    """Worker loop on stdin/stdout (binary): one request, one answer. It ends when stdin closes."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C or a notebook kernel's shutdown: the client ends us
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # anything printed while compiling must not corrupt the pipe
     while True:
@@ -232,7 +248,9 @@ def serve():
         try:
             answer = {"ok": True, "targets": _compile_one(payload, argtypes, ccs)}
         except Exception as error:  # noqa: BLE001  (numba's error is the answer)
-            answer = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+            # ok None: the compile could not run, which says nothing about the kernel
+            answer = {"ok": False if is_the_kernels_fault(error) else None,
+                      "error": f"{type(error).__name__}: {error}"}
         _send(stdout, answer)
 
 
@@ -250,9 +268,11 @@ class Compiler:
 
     def _worker(self):
         if self.process is None or self.process.poll() is not None:
+            # its own session: a Ctrl-C or a notebook's shutdown reaches this process, which closes
+            # the pipe, and the worker ends quietly
             self.process = subprocess.Popen([sys.executable, "-m", "workbook.compiler", "--serve"],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env(),
-                                            cwd=ROOT)
+                                            cwd=ROOT, start_new_session=True)
         return self.process
 
     def compile(self, kernel, argtypes):
@@ -273,10 +293,11 @@ class Compiler:
                 answer = _receive(worker.stdout)
                 if answer is None:
                     raise RuntimeError("the compile worker died; run `python -m workbook compile` to see why")
-                CACHE.mkdir(parents=True, exist_ok=True)
-                temporary = cached.with_suffix(f".{os.getpid()}.tmp")
-                temporary.write_text(json.dumps(answer))
-                temporary.replace(cached)
+                if answer["ok"] is not None:  # a compile that could not run is tried again next time
+                    CACHE.mkdir(parents=True, exist_ok=True)
+                    temporary = cached.with_suffix(f".{os.getpid()}.tmp")
+                    temporary.write_text(json.dumps(answer))
+                    temporary.replace(cached)
             self.seen[key] = answer
             self._log(kernel, argtypes, answer)
             return answer
@@ -296,6 +317,7 @@ class Compiler:
 
 _compiler = None
 _said_missing = False
+_could_not_check = set()  # kernels whose compile could not run here: said once each
 
 
 def wanted():
@@ -319,6 +341,13 @@ def check_launch(kernel, args):
         _compiler = Compiler()
     argtypes = argument_types(args)
     answer = _compiler.compile(kernel, argtypes)
+    if answer["ok"] is None:
+        fn = kernel.fn
+        if fn not in _could_not_check:
+            _could_not_check.add(fn)
+            print(f"workbook: {fn.__qualname__} could not be compiled for a GPU here, which says nothing about "
+                  f"the kernel: {answer['error'].splitlines()[0]}", file=sys.stderr)
+        return
     if answer["ok"] is False:
         fn = kernel.fn
         raise GPUCompileError(
@@ -338,6 +367,8 @@ def ptx(kernel, argtypes, cc=CCS[0]):
     if tuple(cc) not in CCS:
         raise ValueError(f"compute capability {cc}: the workbook compiles for {CCS} only")
     answer = _compiler.compile(kernel, tuple(argtypes))
+    if answer["ok"] is None:
+        raise RuntimeError(f"could not compile here: {answer['error']}")
     if not answer["ok"]:
         raise GPUCompileError(answer["error"])
     return answer["targets"][CCS.index(tuple(cc))]["ptx"]

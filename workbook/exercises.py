@@ -33,7 +33,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ON_GPU
+from . import ON_GPU, tables
 from .check import CheckError
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
@@ -328,7 +328,6 @@ def progress_rows(results):
 
 def print_progress(rows, console=None, title="Exercises"):
     """rows: (chapter, id, title, kind, status, ratio) tuples."""
-    from rich.console import Console
     from rich.table import Table
 
     colour = {NOT_ATTEMPTED: "dim", WRONG: "red", CORRECT: "green", FAST: "green", SLOW: "yellow"}
@@ -340,7 +339,7 @@ def print_progress(rows, console=None, title="Exercises"):
     counts = {}
     for row in rows:
         counts[row[4]] = counts.get(row[4], 0) + 1
-    console = console or Console(width=140)
+    console = console or tables.console()
     console.print(table)
     console.print("  ".join(f"{status}: {count}" for status, count in counts.items()))
 

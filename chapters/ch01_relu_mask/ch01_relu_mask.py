@@ -448,39 +448,45 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# Read them in the tables above (on a GPU, this run's; in the simulator, the stored H100 results).
-# - **16-byte quads.** On the H100 at 2^28 (results/nvidia-h100-80gb-hbm3/ch01.json) the quad
-#   forward takes 1.02x `torch.relu`'s time, where its extra mask bytes allow 1.016x. The quad
-#   backward's limit by byte count is 12 / 8.125 = 1.48x `threshold_backward`'s speed. It first
-#   reached 1.40x, at 97% of the copy ceiling (counting its 8.125 bytes) while `threshold_backward`
-#   moves its 12 bytes at about 103% of it. A sweep of variants on the H100 found the rest in the
-#   kernel's shape, not in its bytes: testing for a whole quad first and reading the mask inside
-#   that branch (as the kernel now does) gives 1.46x, where "if first < n: read the mask, then test
-#   the quad" gave 1.40x with the same loads and stores. Cache hints did not help: a streaming
-#   store of dx (`st.global.cs`, inline PTX) 1.45x, a streaming load of dy 1.44x; nor did 128 to
-#   1024 threads per block; two quads per thread matched 1.46x.
-# - **Sequential vs ballot.** Both move the same bytes. The sequential kernel's loads are 32 bytes
-#   apart across a warp, so each load instruction touches 32 sectors and relies on L1 to serve the
-#   next seven; its `y` stores are scattered the same way. The ballot kernel reads and writes whole
-#   128-byte rows, and builds a word with one instruction instead of 8 compares, shifts and ORs.
-# - **Ballot vs torch.relu.** The mask adds 1/64 to the bytes; what is left of the gap is how close a
-#   numba kernel gets to torch's vectorised (16-byte) loads and stores — chapter 00 measured that gap
-#   for a plain copy. The 8-byte-word kernels close part of it, and the 16-byte quads (chapter 00's
-#   `load4`/`store4`, a quad per thread on a data-sized grid) are what torch's own kernel does.
-# - **Divergence costs bandwidth.** A lane-only `if` around the mask store, hoisted out of the loop by
-#   the compiler, splits every load and store of the warp in two: this is what the first H100 run of
-#   this chapter measured (the ballot kernel at 81% of the copy ceiling, against 89% for the
-#   backward kernel with the same loop) before the store was made branch-free.
-# - **Backward.** Reading one bit instead of `y` removes a third of the bytes: the best case is 1.48x
-#   over our own "from y" kernel, which the 8-byte-word mask kernel nearly reaches at 2^28.
-# - **The seed case and small sizes.** At 16x32x112x112 the data sits in the L2 and the kernels take
-#   a few tens of µs, about what a launch from Python costs: torch's `threshold_backward` and our
-#   4-byte mask kernel come out close. The 8-byte-word wrappers are then *much* slower, and so is the
-#   8-byte forward at the left of the sweep: each call builds two `uint64` views of its arrays in
-#   Python, which costs more than the kernel itself. Wide words pay only where the arrays are large.
-# - **Fused BatchNorm.** Two passes forward, two backward, with the ReLU folded into both and the
-#   mask replacing `y`: about 40 bytes per element against torch's ~64, and 4 launches against
-#   torch's ~8 kernels plus autograd's bookkeeping.
+# Variants measured on the way and dropped: [EXPERIMENTS.md](EXPERIMENTS.md).
+
+# %%
+_fwd, _bwd, _seed = "relu forward + mask", "relu backward", "relu backward, seed case"
+chapter.lesson("""
+- **Sequential vs ballot.** Both move the same bytes, {seq_ms:.2f} ms against {ballot_ms:.2f} at 2^28.
+  The sequential kernel's loads are 32 bytes apart across a warp, so each load instruction touches
+  32 sectors and relies on L1 to serve the next seven; its `y` stores are scattered the same way.
+  The ballot kernel reads and writes whole 128-byte rows, and builds a word with one instruction
+  instead of 8 compares, shifts and ORs.
+- **Ballot vs torch.relu.** The mask adds 1/64 to the bytes; the rest of the gap is how close a numba
+  kernel gets to torch's 16-byte loads and stores (chapter 00 measured it for a copy). The 16-byte
+  quads close it: {quad_fwd:.3f} of `torch.relu`'s time, where the mask's extra bytes allow 1.016.
+- **Backward.** Reading one bit instead of `y` removes a third of the bytes: at best 12 / 8.125 =
+  1.48x over our own "from y" kernel; the quads reach {quad_bwd:.2f}x, and {quad_vs_torch:.2f}x
+  `threshold_backward`'s speed. Testing for a whole quad first and reading the mask inside that
+  branch is what got them there (the variants are in EXPERIMENTS.md).
+- **Wide words cost the host, not the GPU.** The 8-byte-word kernels run as fast as the 4-byte ones on
+  the GPU ({w8_ms:.3f} ms against {w4_ms:.3f} for the backward at 2^28), but each call of their wrappers
+  cost {w8_host:.0f} us of host in the stored run against {quad_host:.0f} for the quads: only large arrays pay that back.
+- **Small sizes.** At 16x32x112x112 the data sits in the L2 and a kernel takes {seed_us:.0f} us, about
+  what a launch from Python costs: chapter 07 is about that.
+- **Divergence costs bandwidth.** A lane-only `if` around the mask store, hoisted out of the loop by
+  the compiler, splits every load and store of the warp in two; the ballot kernel's store is
+  branch-free for that reason.
+- **Fused BatchNorm.** Two passes forward, two backward, with the ReLU folded into both and the mask
+  replacing `y`: about 40 bytes per element against torch's ~64, and 4 launches against torch's ~8
+  kernels plus autograd's bookkeeping: {bn:.2f}x torch's unfused step.
+""",
+    seq_ms=chapter.figure(_fwd, "sequential (naive)"), ballot_ms=chapter.figure(_fwd, "warp ballot"),
+    quad_fwd=chapter.figure("relu+mask forward, 16-byte quads, time / torch.relu time, n=2^28"),
+    quad_bwd=chapter.figure(_bwd, "from mask, 16-byte quads", "speedup_vs_first"),
+    quad_vs_torch=chapter.figure(_bwd, "from mask, 16-byte quads", "speedup_vs_baseline"),
+    w8_ms=chapter.figure(_bwd, "from mask, 8-byte words"), w4_ms=chapter.figure(_bwd, "from mask (8.125 B/elt)"),
+    w8_host=chapter.figure(_bwd, "from mask, 8-byte words", "host_us"),
+    quad_host=chapter.figure(_bwd, "from mask, 16-byte quads", "host_us"),
+    seed_us=1000 * chapter.figure(_seed, "from mask (8.125 B/elt)"),
+    bn=chapter.figure("fused BN+add+relu fwd+bwd vs torch unfused (speed-up), 32x256x56x56"),
+)
 
 # %%
 chapter.save()

@@ -109,9 +109,9 @@ def relu_backward(dy, mask, dx):
 # ---------------------------------------------------------------------------------------------
 # ch01.4 (make it faster) — ReLU forward with its mask, fast.
 #
-# The kernel below is the chapter's naive one, a thread per mask word: correct, and slow, because
-# lane k reads x[32k + j] and the 32 lanes of a warp touch 32 different 128-byte lines at every
-# step. Rewrite the kernel and its launch (both inside the region). Target, on a GPU: at least 0.75
+# The kernel below is naive, like the chapter's `relu_mask_sequential_kernel` (a thread per mask
+# byte) but with a thread per mask word: correct, and slow, because lane k reads x[32k + j] and the
+# 32 lanes of a warp touch 32 different 128-byte lines at every step. Rewrite the kernel and its launch (both inside the region). Target, on a GPU: at least 0.75
 # of the throughput of chapter 01's `relu_mask_ballot` at n = 2^26 (same run). In the simulator only
 # correctness is checked. Hint: your answer to ch01.1, with several rows in flight per warp.
 

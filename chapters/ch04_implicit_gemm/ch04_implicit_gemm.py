@@ -192,7 +192,7 @@ workbook.show(implicit_conv_kernel)
 # - **prefetch**: row kk+1's fragments are loaded into a second set of registers before row kk's
 #   FMAs, so the FMAs never wait for shared memory. The loop is unrolled by two by hand: NVVM
 #   leaves a loop of 512 FMAs rolled, and a register array indexed by `kk % 2` must then live in
-#   local memory (measured: 7 TFLOP/s, five times slower, with 384 bytes of local memory). Its last
+#   local memory, five times slower (EXPERIMENTS.md). Its last
 #   pair is peeled off and its trips counted in 32 bits, so that the loop carries as few
 #   instructions as possible besides its FMAs (`multiply_tile`'s docstring counts them).
 #
@@ -231,8 +231,8 @@ workbook.show_ptx(k.make_kernels(k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=Tr
 # - **16-byte outputs.** A wide tile's 4 adjacent columns are 4 adjacent positions of one image
 #   when P·Q % 4 == 0: `store4` writes them in one instruction, and a partial tile adds them with one
 #   `red.global.add.v4.f32` (`workbook.memory.atomic_add4`, Hopper and later): a quarter of the
-#   atomics, which were 10% of the stream-K kernel's time with one atomic per element (measured on
-#   the H100: 0.237 vs 0.211 ms without them).
+#   atomics, which were a tenth of the stream-K kernel's time with one atomic per element
+#   (EXPERIMENTS.md).
 # - **128 threads of 8x16 outputs.** Per depth row a thread reads 8 + 16 words (6 shared loads) for
 #   128 FMAs, instead of 4 loads per 64; at 2 blocks of 128 threads per SM each thread may use
 #   255 registers, so BK = 16 (half the syncthreads) fits without the spills the 256-thread tile
@@ -513,223 +513,75 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# (The figures are in the tables above on a GPU, and in the stored H100 results in the simulator.)
-#
-# - **im2col is pure traffic.** It writes 9x the input (231 MB for the 64-channel layer, 925 MB for
-#   the big one) and the GEMM reads it back; on the small-channel layers, whose GEMM is short, that
-#   traffic is a large share of the explicit path. The implicit GEMM reads x itself, a tensor 9x
-#   smaller that mostly stays in the 50 MB L2, and allocates nothing.
-# - **When the GEMM dominates, implicit and explicit converge**: for C = K = 256 the arithmetic
-#   (236 GFLOP) dwarfs the 925 MB of im2col traffic, and the speed-up shrinks towards 1. The
-#   memory saving stays. The issue's 1.5x holds only where im2col costs at least half as much as
-#   the GEMM: the faster the GEMM, the larger im2col's share. With ours, the three ResNet layers
-#   pass, the 14x14 one by little (im2col 0.093 ms against a GEMM of 0.18: see the stored H100
-#   figures).
-# - **Small layers starve the machine, and stream-K feeds it** (the 14x14 layer, same run, the
-#   256x128 tile: 49 tiles for 132 SMs): one block per tile 0.438 ms, split-K 4 0.240, stream-K
-#   0.180 — every SM busy to the end. The
-#   28x28 layer went the same way: its implicit GEMM from 0.291 ms (25 TFLOP/s, before stream-K)
-#   to 0.203 (36 TFLOP/s).
-# - **What moved the GEMM** (4096³, same run): the interleaved 128x128 tile 28.0 TFLOP/s, the wide
-#   tile with prefetch 39.8 (16-byte fragments), the 128-thread 16x8 tile with BK = 16 **44.8
-#   (0.869 of cuBLAS FP32's 51.5)**. The 256-thread tiles stay at 128 registers a thread (2 blocks
-#   of 256 per SM) and spill (`local bytes` above); at 128 threads a thread has 255, and 8x16
-#   outputs need 6 shared loads per 128 FMAs. The last 4% came from the instructions around the
-#   FMAs, read in the SASS: shared-tile stores with unsigned indices (one address plus constant
-#   offsets: 69 instructions per depth step fewer in the GEMM, 155 in the implicit kernel) and the
-#   FMA loop's own overhead (`multiply_tile`: 19 instructions per 256 FMAs down to 10; the step
-#   loop's, counted in 32 bits, 27 fewer per step: see "The last 1%" below). The big layer's
-#   implicit GEMM: 45.6 TFLOP/s, 1.04 of cuDNN (with the 256x128 tile, below; 44.0 and 1.01 with
-#   the 128x128 before the 32-bit step loop). What still separates it from cuBLAS: NVVM
-#   (not us) allocates the registers and schedules the loads, a loop of 256 FMAs still carries
-#   22 other instructions, and 8 warps per SM leave little to hide a barrier's stall.
-# - **The gather's wait, hidden.** Right after the syncthreads, every depth step, a warp loaded
-#   its 16 table entries from global memory and could not issue a gather until they arrived; with
-#   the 8x16 tile's 255 registers there was no room for 32 words of (offset, bit) pairs loaded
-#   earlier (every such variant spilled and ran slower). Packing a row's offset and bit into one
-#   word (`tap_table`) halved that to 16 registers, and the packed entries went before the tile
-#   stores and the barrier, where their wait overlapped the barrier's: 28x28 from 1.50 to 1.59,
-#   64 channels from 1.96 to 2.16, the big layer from 0.92 to 0.99 of cuDNN. Then (H100,
-#   2026-11-24, each beside the previous kernel in the same run) the table moved into shared
-#   memory, copied once per block (9 KB for 256 channels): an entry arrives in ~30 cycles, so it
-#   is loaded where it is used and holds no registers across the barrier (246 a thread instead of
-#   254 and a 16-byte spill). And the next step's loads moved from right after the barrier, where
-#   the 4 warps of a block issued their gathers' chains all at once, to halfway through the FMAs
-#   (`SPLIT`). Each alone gained under 1%; together, 2% on every layer: 14x14 0.1847 ms against
-#   0.1881, 28x28 0.1873 against 0.1903, 64 channels (16x8 tile) 0.348 against 0.352, the big
-#   layer 2.69 against 2.75 — now level with cuDNN. The GEMM keeps its loads after the barrier:
-#   moved halfway it ran 4% slower (3.18 ms against 3.06 at 4096³).
-# - **A tile of 256 rows: half the gathers per FMA** (H100, 2026-11-24). A block gathers its B
-#   tile once for all of the tile's rows, so a taller tile gathers less per FMA: the 256x128 tile
-#   (256 threads of 16x8, one block of 8 warps per SM) gathers 4 elements a thread per 1,024 FMAs
-#   where the 128x128 tile gathers 16 per 2,048. It needs BK = 8 to keep its tiles (24 KB) and the
-#   table (12 KB) under the 48 KB of static shared memory, so it pays a barrier per 1,024 FMAs with
-#   no second block on the SM to run meanwhile; 236 registers, no spill. In the run that brought
-#   it the implicit kernel picked it on the 14x14 layer (0.181 ms against 0.184 with the 128x128
-#   tile) and on the big one (2.63 ms against 2.69: 45.1 TFLOP/s, 1.03 of cuDNN); the 28x28 and
-#   64-channel layers (K = 128 and 64) would leave half or three quarters of it empty. Its GEMM
-#   gains nothing (3.105 ms against 3.081 at 4096³: the B tile's 16-byte loads were never the
-#   cost), so on the 14x14 layer the explicit path is faster with the 128x128 tile (0.2716 ms
-#   against 0.2771), and the bar counts that: it read 1.497, where the same tile for both would
-#   read 1.52. Variants, each beside it in the same run: 4 x 8 threads a warp instead of 2 x 16,
-#   the same (0.1838 ms); 8x16 a thread, 0.199; 8x8 with 512 threads (16 warps), 0.233; a
-#   `cuda.syncwarp()` that keeps its gathers in the middle of the step, 0.186 (here ptxas's place
-#   for them, right after the barrier, is the better one: 8 warps hide it).
-# - **The same tile with BK = 16, in 60 KB of shared memory** (H100, 2026-11-24, beside the BK = 8
-#   tile in the same run). A barrier per 2,048 FMAs instead of 1,024 needs 49.7 KB of tiles and the
-#   9 KB table: more than the 48 KB a block may declare statically. Dynamic shared memory goes up
-#   to 227 KB a block, once the kernel asks the driver for it (`cuKernelSetAttribute` with
-#   `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` on numba's compiled kernel: numba has no API
-#   for it) and is launched with the bytes (`kernel[blocks, threads, stream, bytes]`). The kernel
-#   then carves its tiles out of one `cuda.shared.array(0, float32, alignment=16)`; a 3-D view at
-#   an offset took a small intrinsic, because `reshape` of a slice calls a runtime helper that is
-#   not linked into CUDA code. 246 registers, no spill, right on every layer. The GEMM gained a
-#   little (28x28 explicit path 0.4525 ms against 0.4584, the big layer 3.366 against 3.411); the
-#   implicit kernel lost on every layer (14x14 0.1877 ms against 0.1824, 28x28 0.347 against 0.340,
-#   the big layer 2.660 against 2.607): with 8 gathers a thread per step instead of 4, its
-#   registers (246 against 236) and the gathers' chains weigh more than the barriers saved. Not
-#   kept: it would only have made the baseline faster.
-# - **The last 1%: the step loop in 32 bits** (H100, 2026-11-24). With the 256x128 tile the
-#   14x14 layer read 1.497 in the stored run, against the explicit path's own fastest tile (with
-#   the 128x128 tile, before it: 1.48 stored and 1.455-1.506 in six runs side by side): GEMM
-#   0.1788 ms, implicit 0.1814, and 1.5 needed 0.1811. numba's `range` counts in 64 bits, and so
-#   did the step loop of both kernels: its count, its "is there a next step" test, the buffer
-#   index and each tile's depth offset, in pairs of 32-bit instructions. `multiply_tile` already
-#   counted its trips in 32 bits; the step loop now does too (`step` a `uint32`, each sum cast back
-#   to 32 bits, so that LLVM knows the high half is zero). Per step, besides the FMAs, the SASS
-#   goes from 176 instructions to 152 in the 256x128 implicit kernel and from 373 to 346 in the
-#   GEMM's 16x8 tile. Beside the old kernels in one process, 3 rounds of 60 calls each (every
-#   output checked against cuDNN first): the 14x14 implicit kernel 0.1807 ms against 0.1824, the
-#   big layer 2.598 against 2.627, the GEMM 3.065 against 3.080 at 4096³, and the explicit path's
-#   best (the same loop) 0.2712 against 0.2720: 1.501 against 1.491 side by side. The stored run:
-#   implicit 0.1803 ms, explicit 0.2734, **1.52**. The 28x28 layer's 128x128 implicit kernel
-#   moved by under 0.3%, and three things got slower: the 64-channel layer's 64x128 implicit
-#   kernel (0.2332 ms against 0.2311, with the fence below), chapter 08's 32x128 tile on its
-#   layer (23.5 us against 23.1) and the 256x128 GEMM (3.156 ms against 3.107 at 4096³, no
-#   layer's best explicit tile), which is partly why the 14x14 "gather" in the table above now
-#   reads about zero (-0.0005 ms). One trap: written as a `while` loop, ptxas sank the 64x128
-#   tile's next-step loads below all of the step's FMAs (0.285 ms against 0.231 on the 64-channel
-#   layer: their latency no longer hidden). Memory accesses do not move across a `cuda.syncwarp()`, so one
-#   after the gathers keeps them where `SPLIT` puts them. Elsewhere it costs at most 0.3% (the
-#   256x128 kernel, 0.1807 ms against 0.1802 without it) and the 128x128 kernel gains 0.5%.
-#   Two explanations of the old miss had been measured and excluded before: the kernel's start,
-#   where each block copies the table before its first barrier (compiled as up to three L2 round
-#   trips one after another, where the GEMM waits for none): the copy done twice, or unrolled into
-#   one round trip, ran within 0.1% of it in three rounds of the same run (0.1831 and 0.1832 ms
-#   against 0.1834). And the A tile's row offsets and bounds worked out once per tile run instead
-#   of every step (5 of the step's 176 instructions, in the SASS): the 256x128 kernel 0.4% faster
-#   (0.1820 ms against 0.1828) but the 128x128 tile slower in both kernels (28x28 implicit 0.191
-#   against 0.186, the 14x14 explicit path 0.2755 against 0.2723): ptxas schedules the
-#   rest differently. Not kept. The 128x128 kernel,
-#   analysed before the taller tile came: on the 14x14 layer 1.5 needs the implicit kernel
-#   at about 0.178-0.182 ms; the GEMM alone takes 0.176-0.178 and the implicit 0.184-0.188, so the
-#   gather costs 0.007-0.010 ms (4-6%) and must almost vanish. Per depth step a thread issues 2,048 FMAs and 417 other instructions in the
-#   implicit kernel, 372 in the GEMM (SASS of the 16x8 tile, the loop's trips counted): 2% more.
-#   Before the table moved, the rest was waiting: Nsight Compute (`ncu --section WarpStateStats
-#   --section SchedulerStats --section SourceCounters`) had the schedulers issuing in 74% of
-#   cycles against the GEMM's 77%, the extra stalls at the barrier (warps that finished their
-#   gathers wait for those that have not), on the first shared loads after it, and on each
-#   gather's dependent chain (test, offset, address, load) that 2 warps per scheduler cannot
-#   hide. Now it reads 78.9% against 79.8%, and the kernel 222 us against the GEMM's 215 (ncu
-#   locks the clocks): 3.4%, most of it those instructions. A scratch kernel loading contiguous elements instead of gathering (a wrong answer,
-#   timed only) ran 0.174 ms: a perfect gather would pass at 1.57x. cuDNN's effective rate on
-#   these layers (above cuBLAS's 51.5 on the big GEMM) means fewer FLOPs than the
-#   2·N·K·P·Q·C·R·S we count: Winograd, for instance.
-# - **A gather without a table, and why it is not used** (H100, 2026-11-24, 16x8 tile, each time
-#   beside the table kernel's in the same run). Walk the depth as (c // 16, r, s, c % 16) and a step
-#   is one tap of 16 consecutive channels: for a thread's column the whole step is on the image or
-#   off it (one test), and its 16 loads are H*W apart from one address (no table, no per-load
-#   test). With the filters read in the KCRS order (A columns 9 apart, 4-byte loads) it ran
-#   0.240 ms against the table's 0.191; with the filters stored in that order,
-#   (K, C/16, R, S, 16) as CUTLASS's KRSC or oneDNN's blocked formats do, 0.183 ms against the
-#   table's 0.189: 3% faster. But the comparison must give both paths the same filters, and the
-#   same order makes the explicit path's im2col far faster (its whole path 0.272 -> 0.235 ms):
-#   implicit vs explicit falls to 1.28. Against the KCRS explicit path it would read 1.49, still
-#   short, and it would compare two different layouts. (Reordering the filters costs 10 us a call.)
-# - **Other tiles, and warps that only load** (H100, 2026-11-24, the 14x14 layer, each beside the
-#   16x8 tile's implicit kernel, 0.187-0.189 ms, in the same run). A 256x64 tile halves the gathers
-#   per thread (8 instead of 16) but doubles the filter loads: 0.208 ms (16x8 a thread) and 0.211
-#   (8x16), both spilling. A 128x64 tile of 8x8 with 3 blocks per SM (12 warps, 168 registers):
-#   0.206. Then warp specialization, the way production kernels hide a gather: some warps only load
-#   (the A tile and the gathered B tile, into the other buffer) while the rest only multiply, with
-#   the same one barrier a step. 4 multiplying warps of 16x8 and 4 loading warps, one block per SM:
-#   0.213 ms, and 3.65 ms on the big layer against 2.75: one multiplying warp per scheduler cannot
-#   keep the FMA pipe busy. 8 multiplying warps of 8x8 and 4 loading (12 warps): 0.234, against
-#   0.213 for the same 8x8 tile with no loading warps. The combination that would keep 2 warps of
-#   16x8 per scheduler, 2 blocks of 4 + 1 warps, does not fit: 10 warps put 3 on some scheduler,
-#   whose register file (16K) then allows 168 registers a thread, and ptxas caps the kernel there;
-#   a 16x8 thread needs about 200. Last, the gathers two steps ahead: B tiles in a 3-stage ring
-#   filled with `cp.async` (inline PTX; straight into shared memory, zero-filled off the image, no
-#   registers held, 242 a thread and no spills): 0.192 ms against 0.189, and 3.04 ms against 2.75
-#   on the big layer. And the gathers moved away from the barrier, into the middle of the step (8
-#   rows of FMAs, the table entries and the 16 gathers, 8 more rows): 0.186 ms against 0.188 (1.47
-#   against 1.46 in the same run, its GEMM done the same way), 1% on the big layer: too small, on
-#   its own, for a second copy of the FMA loop (kept later, with the table in shared memory: see
-#   "The gather's wait, hidden"). Quarters (4 rows, 4 gathers, ...) need four
-#   copies and run 0.205; one loop with the gathers behind a branch inside it, 1.35-1.37.
-#   Where 5 us more seemed to be: stream-K's zeroing launch. Timed without it (a wrong answer,
-#   timed only), the implicit path dropped from 0.188 to 0.183 ms while the explicit path hardly
-#   moved: 1.48 instead of 1.44 in that run. So the kernels were given a fix-up that needs no zeroed
-#   output, as CUTLASS's stream-K has: the block holding a tile's first steps stores its sums and
-#   counts itself in a per-tile flag, the others wait for the count and then add, and every block
-#   walks its share backwards so that nobody waits in practice. It was right (the tests, and
-#   compute-sanitizer's memcheck and racecheck), but both paths gained alike: implicit 0.188 ->
-#   0.185 ms, explicit 0.273 -> 0.269 (its GEMM had a zeroing launch too), so the ratio stayed
-#   within its run-to-run spread (1.46 side by side). And ptxas reacted to the extra code: the
-#   interleaved 128x128 GEMM ran 16% slower (5.17 -> 6.01 ms at 4096³), and the variant that
-#   restored it made the 14x14 implicit kernel 5% slower. Not kept. Measured again with the 256x128
-#   tile (same run, a wrong answer timed only): without the zeroing launch the implicit kernel
-#   runs 0.1781 ms against 0.1841 and the explicit path's best 0.2694 against 0.2780: 1.513
-#   against 1.510, both paths pay the same 6 us. The driver's memset (`cuMemsetD32Async`) zeroes
-#   the 6.4 MB output in 4.8 us against the zero kernel's 5.8 on their own, and in place left the
-#   implicit kernel's time where it was (0.1845 ms both).
-# - **Fewer instructions around the gather, and fewer registers** (H100, 2026-11-24, the 16x8
-#   tile, each beside the kernels of its day in the same run). A thread gathering a 4x4 block (4
-#   rows of 4 adjacent columns) needs one table quad per step instead of four, 4 shifts instead of
-#   16, and stores its rows with 4 `st.shared.v4` instead of 16 stores; 250 registers and no spill
-#   (then 254 and 16 bytes). It ran 3-6% slower on every layer (14x14 0.196 ms against 0.188,
-#   28x28 0.201 against 0.189, the big layer 2.84 against 2.75): a warp's gather now reads 32
-#   columns 4 apart, four times the 128-byte lines per load, and the L1 time that costs outweighs
-#   the instructions saved. 2 adjacent columns of 8 rows (`st.shared.v2`) lost too: 0.189 against
-#   0.185 (with the table in shared memory). The A tile copied by `cp.async` straight into its
-#   transposed place (4 bytes a copy, no registers held: 230 registers in the GEMM, 238 in the
-#   implicit kernel): 16 copies a thread per step cost more than 4 16-byte loads and 16 stores,
-#   the GEMM 3.39 ms against 3.09 at 4096³, the 14x14 implicit kernel 0.200 against 0.189. The
-#   SASS shows each gather reloading x's address from the constant bank (`LDC.64`, 16 a step):
-#   ptxas keeps no register for it. A 64-bit pointer to the thread's column, made once per tile,
-#   so that no gather needs x's address: 252 registers, 0.186 ms against 0.185. Where the gathers go: after 6
-#   rows of FMAs 0.187, after 12 0.185, after 8 (kept) 0.185; the A tile's loads right after the
-#   barrier instead of with the gathers, 0.186; the gathers in two groups of 8, after rows 8 and
-#   12, 0.187, after rows 6 and 12, 0.190 (against 0.185 in the same run).
-# - **Fewer instructions, paid back in fetching them** (H100, 2026-11-24, the 16x8 tile, each beside
-#   the shipped kernels in the same run). `multiply_tile` runs its rows in a loop of pairs, 9
-#   instructions of loop control per 256 FMAs. Unrolled by four instead, each 8-row half of the
-#   implicit kernel's step becomes straight code: 344 instructions besides the 2,048 FMAs of a step
-#   instead of 418. But in straight code ptxas moves the gathers up to the barrier, where "The
-#   gather's wait, hidden" took them away from: 0.1925 ms against 0.1862. A `cuda.syncwarp()`
-#   between the halves keeps them in the middle (after 992 of the 2,048 FMAs; 342 other
-#   instructions, fewer than the GEMM's 373), and it still runs 0.1856 against 0.1845, the
-#   64-channel layer 0.245 against 0.230: a step's code is now 38 KB instead of 22, and Nsight
-#   Compute shows the warps waiting for instructions to be fetched (0.13 cycles per issued
-#   instruction against 0.05) and for the shared-memory pipe (0.05 against 0.01). The GEMM
-#   unrolled the same way runs 3.039 ms against 3.081 at 4096³ (0.878 of cuBLAS against 0.865) with
-#   the 16x8 tile but 3.406 against 3.197 with the 8x16, and it makes the 14x14 layer's explicit
-#   path 2% faster (0.2709 against 0.2760 ms): the baseline of the 1.5x has that much left in it,
-#   which would move the ratio away from 1.5, not towards it. Not kept. (The SASS counts come from a
-#   laptop: ptxas from numba-cuda's cu12 wheels gives the H100's register counts, 246 and 244, and
-#   `nvdisasm` is a wheel too, `nvidia-cuda-nvdisasm`.)
-# - **Where the last 4% goes** (H100, 2026-11-24). Back to back for 3 s each, the implicit kernel
-#   and the GEMM on its im2col both run at 1980 MHz, the implicit drawing 571 W and the GEMM 670 (no
-#   power limit in play): 0.184 against 0.1775 ms, 3.6%. Nsight Compute, clocks locked: 141.5 M
-#   instructions against 138.1 M (+2.5%), 340 K active cycles per SM against 328 K (+3.9%), 3.15
-#   instructions issued per cycle against 3.19. Per issued instruction the warps of both wait alike
-#   (`--metrics smsp__average_warps_issue_stalled_*_per_issue_active.ratio`): not selected, another
-#   warp issued, 0.73 against 0.72 cycles; dispatch 0.24 / 0.22; fixed-latency dependencies
-#   0.18 / 0.16; shared-memory results 0.09 / 0.11; the barrier 0.07 / 0.09; the L1/shared data pipe
-#   45% busy in both. No stall stands out to remove: the gap is the gather's ~45 instructions a step
-#   and a slightly lower issue rate, and every way of removing instructions tried on that tile
-#   cost as much in issue rate. (So did the 32-bit step loop later: 24 instructions fewer on this
-#   tile and the same time; on the 256x128 tile the same cut gave 1%, "The last 1%" above.)
+# What the code as it stands teaches, with the figures of the run (the stored H100 run in the
+# simulator). The variants measured on the way and dropped, each with its run and why it lost, are
+# in [EXPERIMENTS.md](EXPERIMENTS.md).
+
+# %%
+def _layer(channels, side):
+    return k.conv_geometry((32, channels, side, side), (channels, channels, 3, 3), 1, 1, 1)
+
+
+def _speedup(layer):
+    return chapter.figure(f"{layer}: implicit vs explicit im2col + GEMM, end to end (speed-up)")
+
+
+_gemm_tiles = ("tile 128x128", "tile 128x128 wide, prefetch", "tile 128x128 wide, 16x8/thread, BK=16")
+_big = "N=32 C=K=256 56x56 3x3: implicit GEMM"
+chapter.lesson("""
+- **im2col is pure traffic.** It writes 9x the input ({ws64:.0f} MB on the 64-channel layer,
+  {ws_big:.0f} MB on the big one) for the GEMM to read back. The implicit GEMM reads x itself, 9x
+  smaller and mostly held in the 50 MB L2, and allocates nothing.
+- **The more arithmetic, the less it matters.** Implicit vs explicit: {s64:.2f}x on the 64-channel
+  layer, {s28:.2f}x on 28x28, {s14:.2f}x on 14x14 (the middle half of its repeats: {s14_low:.2f} to
+  {s14_high:.2f}). 1.5x needs im2col to cost half the GEMM: on 14x14 it takes {im2col14:.3f} ms
+  against the GEMM's {gemm14:.3f}, so the bar holds only while the gather costs almost nothing.
+- **Small layers starve the machine; stream-K feeds it.** The 14x14 layer has 49 tiles of 256x128
+  for 132 SMs: one block per tile {blocks:.3f} ms, split-K 4 {split4:.3f}, stream-K {stream:.3f},
+  every SM busy to the end.
+- **A GEMM is fast through its tiles.** At 4096³: the interleaved 128x128 tile {t_plain:.1f}
+  TFLOP/s; 16-byte fragments and register prefetch {t_wide:.1f}; 128 threads of 16x8 outputs with
+  BK = 16 {t_best:.1f}, {of_cublas:.2f} of cuBLAS's {cublas:.1f}. A 256-thread tile has 128
+  registers a thread and spills (`resources` above); 128 threads get 255.
+- **The gather is a table lookup.** One packed 32-bit word per depth row (offset and tap bit),
+  copied into shared memory once per block, ANDed with the column's `on_image` mask: the inner loop
+  adds and compares, and never divides. Issued halfway through a step's FMAs, its latency hides.
+- **What the gather costs**: the implicit kernel on 14x14 takes {implicit14:.4f} ms, the GEMM alone
+  on the same tile {gemm14:.4f}. A taller tile (256x128) gathers half as much per FMA; it wins on
+  14x14 and on the big layer, while K = 64 or 128 would leave it half empty.
+- **Against cuDNN**: the big layer's implicit GEMM runs {big_tflops:.1f} TFLOP/s, {big_vs_cudnn:.2f}
+  of cuDNN FP32's {cudnn_big:.1f}. On the 28x28 layer cuDNN reaches {cudnn28:.1f}, more than cuBLAS's
+  {cublas:.1f} on a plain GEMM: it computes fewer FLOPs than the 2·N·K·P·Q·C·R·S we count (with
+  Winograd, for instance).
+- **Past the tiles, instructions count.** Unsigned indices (no negative-index test), loops counted
+  in 32 bits, no division in the loop: each depth step carries fewer instructions besides its
+  FMAs, and the GEMM's last few per cent came from there. Read the PTX with `workbook.show_ptx`,
+  the SASS with ptxas and `nvdisasm` (EXPERIMENTS.md says how, without a GPU).
+- **ptxas schedules, not us.** An unrelated edit moves a kernel by several per cent: compare a
+  change only beside the old kernel, in one process, on every layer (EXPERIMENTS.md's method).
+""",
+    ws64=_layer(64, 56).workspace_bytes / 1e6, ws_big=_layer(256, 56).workspace_bytes / 1e6,
+    s64=_speedup("resnet 64ch 56x56"), s28=_speedup("resnet 128ch 28x28"), s14=_speedup("resnet 256ch 14x14"),
+    s14_low=chapter.figure("resnet 256ch 14x14: implicit vs explicit im2col + GEMM, end to end (speed-up)",
+                           field="p25"),
+    s14_high=chapter.figure("resnet 256ch 14x14: implicit vs explicit im2col + GEMM, end to end (speed-up)",
+                            field="p75"),
+    im2col14=chapter.figure("explicit split: im2col", "im2col", size="N=32 C=256 14x14"),
+    gemm14=chapter.figure("explicit split: GEMM on the workspace", "GEMM on im2col", size="(256 x 2304)"),
+    implicit14=chapter.figure("resnet 256ch 14x14", "implicit GEMM"),
+    blocks=chapter.figure("sharing the work on the last layer", "implicit, a block per tile"),
+    split4=chapter.figure("sharing the work on the last layer", "implicit, split-K 4"),
+    stream=chapter.figure("sharing the work on the last layer", "implicit, stream-K"),
+    t_plain=chapter.figure("gemm 4096", _gemm_tiles[0], "tflops"),
+    t_wide=chapter.figure("gemm 4096", _gemm_tiles[1], "tflops"),
+    t_best=chapter.figure("gemm 4096", _gemm_tiles[2], "tflops"),
+    cublas=chapter.figure("gemm 4096", "torch.matmul (cuBLAS FP32)", "tflops"),
+    of_cublas=chapter.figure("gemm 4096", _gemm_tiles[2], "speedup_vs_baseline"),
+    big_tflops=chapter.figure(f"{_big} TFLOP/s"),
+    big_vs_cudnn=chapter.figure(f"{_big} vs cuDNN FP32 (fraction of its speed)"),
+    cudnn_big=chapter.figure("256ch 56x56", "torch conv2d (cuDNN FP32)", "tflops"),
+    cudnn28=chapter.figure("resnet 128ch 28x28", "torch conv2d (cuDNN FP32)", "tflops"),
+)
 
 # %%
 chapter.save()
@@ -761,16 +613,26 @@ exercises.show("ch04.4")
 
 # %% [markdown]
 # ## More to try
-# 1. Change `conv2d_implicit` to NHWC input: which loads become contiguous, and what does the offset
+# 1. **BK = 16 on the 256x128 tile** needs 49.7 KB of tiles and the table, past the 48 KB a block may declare
+#    statically: carve the tiles out of one dynamic `cuda.shared.array(0, ...)`, and ask the driver
+#    for the room (`cuKernelSetAttribute`, `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`). Half
+#    the barriers: does the implicit kernel gain, or do its 8 gathers a step cost more registers?
+# 2. **Warp specialisation**: some warps only load (the A tile and the gathered B tile, into the
+#    other buffer) while the rest only multiply. How many multiplying warps per scheduler keep the
+#    FMA pipe busy, and how many registers does a 16x8 thread leave for them?
+# 3. **No table at all**: walk the depth as (c // 16, r, s, c % 16), so that a step is one tap of 16
+#    channels, on the image or off it for a whole column. What layout must the filters have, and is
+#    it still a fair race if the explicit path gets that layout too?
+# 4. Change `conv2d_implicit` to NHWC input: which loads become contiguous, and what does the offset
 #    table look like when c is the fastest index?
-# 2. Precompute the column bases too (a table of N·P·Q entries) and drop `column_origin`'s
+# 5. Precompute the column bases too (a table of N·P·Q entries) and drop `column_origin`'s
 #    divisions. Measure: does it matter, given that each thread divides only once?
-# 3. Add a `Tile(128, 64, 8, 8, 4)` and a `Tile(64, 64, 16, 4, 4)`. Which layer likes which, and why
+# 6. Add a `Tile(128, 64, 8, 8, 4)` and a `Tile(64, 64, 16, 4, 4)`. Which layer likes which, and why
 #    does K = 64 punish a 128-row tile?
-# 4. Split-K adds partial sums with atomics, so the output's last bits change from run to run.
+# 7. Split-K adds partial sums with atomics, so the output's last bits change from run to run.
 #    Write a deterministic version: each slice writes its own partial output, and a second kernel
 #    sums them in a fixed order. What does the extra memory traffic cost on the 14x14 layer?
-# 5. Sparse convolution (spconv): given the active input sites, build a rulebook of
+# 8. Sparse convolution (spconv): given the active input sites, build a rulebook of
 #    (input index, output index) pairs per filter offset, then gather, GEMM and scatter-add.
 #
 # ## References

@@ -350,16 +350,15 @@ else:
 # 64 blocks (256 calls) stay ahead of the GPU. The sweep also replays each pipeline as **one CUDA
 # graph** (`Pipeline.graph`, chapter 07's `StepGraph` with the four streams forked from and joined
 # to the capturing one): the host then pays one launch per run, and what is left at 64 blocks is
-# the bus's per-copy cost. On the H100, over two runs: 64 blocks took 1.09-1.11x the best count's
-# time from Python (at the 10% line) and 1.07-1.08x as a graph (before the 2-D copy, with two
-# copies up per block: 1.09-1.18x over three runs; with plain numba launches, 2.6x). The sweep picks the block count used
-# below (on a GPU; the simulator uses 3).
+# the bus's per-copy cost. Whether 64 blocks stay within 10% of the best count is a bar below; it
+# sits at the edge of the run-to-run noise, which its verdict says. The sweep picks the block count
+# used below (on a GPU; the simulator uses 3).
 
 # %%
 sweep_blocks = workbook.size(gpu=[1, 2, 4, 6, 8, 12, 16, 24, 32, 64], sim=[1, 2, 3])
 pipeline_streams = 4
 expected = k.merge_blur_reference(image_a, image_b)
-sweep_ms, graph_ms = [], []
+sweep_ms, graph_ms, sweep_results = [], [], []
 for blocks in sweep_blocks:
     pipeline = p.Pipeline(height, width, blocks, pipeline_streams, "2d")
     result = chapter.compare(
@@ -372,6 +371,7 @@ for blocks in sweep_blocks:
     )
     sweep_ms.append(result["pipelined"].median_ms)
     graph_ms.append(result["pipelined, one graph"].median_ms)
+    sweep_results.append(result)
 pipeline_blocks = sweep_blocks[int(np.argmin(sweep_ms))] if workbook.ON_GPU else 3
 print(f"pipeline used below: {pipeline_blocks} blocks on {pipeline_streams} streams")
 
@@ -389,10 +389,17 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "blocks_sweep")
     for blocks, ms, graph in zip(sweep_blocks, sweep_ms, graph_ms):
         print(f"{blocks:3d} blocks: {ms:.2f} ms from Python, {graph:.2f} ms as one graph")
+    def against_best(variant, times):
+        """64 blocks / the best count: the ratio of medians, and its spread from their quartiles
+        (the two were timed in separate runs of the sweep, so no per-repeat ratio exists)."""
+        at_64, best = (sweep_results[i][variant] for i in (sweep_blocks.index(64), int(np.argmin(times))))
+        (low_64, high_64), (low_best, high_best) = at_64.spread_ms, best.spread_ms
+        return at_64.median_ms / best.median_ms, low_64 / high_best, high_64 / low_best
+
     chapter.bar("pipeline at 64 blocks / at its best block count (end to end)",
-                sweep_ms[sweep_blocks.index(64)] / min(sweep_ms), at_most=1.10)
+                against_best("pipelined", sweep_ms), at_most=1.10)
     chapter.bar("pipeline as one graph at 64 blocks / at its best block count (end to end)",
-                graph_ms[sweep_blocks.index(64)] / min(graph_ms), at_most=1.10)
+                against_best("pipelined, one graph", graph_ms), at_most=1.10)
 else:
     print("simulator: the sweep ran and was checked at", sweep_blocks, "blocks; the plot needs a GPU's times.")
     chapter.show_stored_figure("blocks_sweep")  # the same plot, measured on the H100

@@ -432,43 +432,73 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# The figures quoted here are the stored H100 results (`results/nvidia-h100-80gb-hbm3/ch06.json`,
-# 2026-11-22); the tables above show this run's.
-#
-# - **One thread per row** is bounded by its access pattern and its parallelism, not by the
-#   arithmetic: 252 GB/s for softmax at 1024 columns, 80 GB/s for the forward at 32000 columns
-#   (4096 rows are 128 warps for 132 SMs), 20 GB/s at 32000 in the sweep. It gets *slower* per
-#   byte as rows get longer, exactly when the optimized kernels get faster.
-# - **A warp per row** with the row in registers moves the minimum, 8 bytes per element. With
-#   4-byte accesses it reached 2740 GB/s at 49152 x 1024, **0.95x `torch.softmax`** (the first bar
-#   asks for 0.9x). The printout above shows what it had to overcome: NVVM gives that unrolled
-#   kernel ~250 registers per thread (all 32 values and their exps in flight at once), so an SM
-#   holds only two 128-thread blocks; launched as 16 blocks per SM whose warps loop over the rows
-#   (`WARP_ROW_BLOCKS_PER_SM`), the few resident warps stay busy. The "two passes" variant (40
-#   registers, one extra read of the row from L1/L2) is slower still.
-# - **16-byte accesses** take it past torch: 0.138 ms, 2911 GB/s, 98% of the copy ceiling, **1.01x
-#   `torch.softmax`** (bar: 1.0x). The same values in a quarter of the instructions need 72
-#   registers instead of ~250, so 3.5x more warps fit on an SM and a grid sized to the data (a
-#   warp per row) beats the looping one (tried on the H100: 16 to 64 looping blocks per SM took
-#   0.138-0.146 ms, a warp per row 0.137). In **float16** the gain is larger, because each lane
-#   used to load 2 bytes at a time: 0.0695 ms against 0.106, 97% of the ceiling, **1.36x
-#   `torch.softmax`** (bar: 1.0x), whose half kernel reaches only 72% of it here.
-# - **The fused forward** reads each logit once: 2616 GB/s with 4-byte loads, 3.3x faster than
-#   `F.cross_entropy`, which runs `log_softmax` — reading the logits and writing a tensor as large
-#   — at under 800 GB/s on 32000-column rows. With two 16-byte loads per thread per trip it moves
-#   2785 GB/s, 94% of the copy ceiling: **3.53x `F.cross_entropy`** (bar: 3.5x; the byte count
-#   allows at most 3.8x: 524 MB at the copy ceiling take 0.176 ms, torch 0.665). The fused
-#   **backward** is a pure stream: 91% of the ceiling with 4-byte accesses, 96% with 16-byte ones,
-#   2.8x the hand-written torch version.
-# - The **sweep** (16-byte kernels wherever the rows allow) shows the one cliff left: rows of 1000
-#   columns now take the 16-byte register kernel with its per-access bounds checks and run at the
-#   copy ceiling (2965 GB/s, against 2041 with 4-byte accesses in the run of 2026-11-21), but rows
-#   of 1025 — not a multiple of 4 — fall to a 256-thread block with 4 columns per thread (1120
-#   GB/s). torch has no such cliff; a block of 64-128 threads, or two warps, per row between 1024
-#   and 4096 columns would close it. At 32000 columns the block kernel's second read no longer
-#   hits the L2 (1813 GB/s; torch 1585).
+# Figures from this run on a GPU, from the stored H100 run in the simulator. The variants tried on
+# the way: [EXPERIMENTS.md](EXPERIMENTS.md).
 
 # %%
+_sm, _sm16, _ce, _ceb = "softmax", "softmax float16", "cross-entropy forward", "cross-entropy backward"
+
+
+def _sweep(size, variant="warp/block per row"):
+    return chapter.figure("softmax sweep", variant, "gbps", size=size)
+
+
+chapter.lesson("""
+- **One thread per row** is bounded by its access pattern and its parallelism, not by the
+  arithmetic: {naive_sm:.0f} GB/s for softmax at 1024 columns, {naive_ce:.0f} GB/s for the forward at
+  32000 columns (4096 rows are 128 warps for 132 SMs), {naive_32k:.0f} GB/s at 32000 in the sweep. It
+  gets *slower* per byte as rows get longer, exactly when the optimized kernels get faster.
+- **A warp per row** with the row in registers moves the minimum, 8 bytes per element: {warp:.0f}
+  GB/s at 49152 x 1024, **{warp_vs:.2f}x `torch.softmax`**. NVVM gives that unrolled kernel ~250
+  registers a thread (all 32 values and their exps in flight), so an SM holds two 128-thread blocks;
+  launched as 16 blocks per SM whose warps loop over the rows (`WARP_ROW_BLOCKS_PER_SM`), the few
+  resident warps stay busy. The "two passes" variant (40 registers, the row read again from L1/L2)
+  is slower still.
+- **16-byte accesses** take it past torch: {quad_ms:.3f} ms, {quad_gbps:.0f} GB/s, {quad_ceiling:.0%} of the
+  copy ceiling, **{quad_vs:.2f}x `torch.softmax`**. The same values in a quarter of the instructions
+  need 72 registers instead of ~250, so a grid sized to the data (a warp per row) beats the looping
+  one. In **float16** the gain is larger, because each lane used to load 2 bytes at a time:
+  {h_ms:.4f} ms against {h_old:.4f}, **{h_vs:.2f}x `torch.softmax`**, whose half kernel reaches
+  {h_torch:.0%} of the ceiling here.
+- **The fused forward** reads each logit once: {ce:.0f} GB/s with 4-byte loads, {ce_vs:.1f}x
+  `F.cross_entropy`, which runs `log_softmax` (reading the logits and writing a tensor as large) at
+  {ce_torch:.0f} GB/s on 32000-column rows. With two 16-byte loads per thread per trip: {ce16:.0f}
+  GB/s, {ce16_ceiling:.0%} of the ceiling, **{ce16_vs:.2f}x**. The fused **backward** is a pure
+  stream: {ceb:.0%} of the ceiling with 4-byte accesses, {ceb16:.0%} with 16-byte ones, {ceb_vs:.1f}x
+  the hand-written torch version.
+- The **sweep** (16-byte kernels wherever the rows allow) shows the one cliff left: rows of 1000
+  columns take the 16-byte register kernel with per-access bounds checks ({s1000:.0f} GB/s), but
+  rows of 1025, not a multiple of 4, fall to a 256-thread block with 4 columns per thread
+  ({s1025:.0f} GB/s, torch {s1025_torch:.0f}). A block of 64-128 threads, or two warps, per row
+  between 1024 and 4096 columns would close it. At 32000 columns the block kernel's second read no
+  longer hits the L2 ({s32k:.0f} GB/s; torch {s32k_torch:.0f}).
+""",
+    naive_sm=chapter.figure(_sm, "one thread per row", "gbps"),
+    naive_ce=chapter.figure(_ce, "one thread per row + tree mean", "gbps"),
+    naive_32k=_sweep("1048x32000", "one thread per row"),
+    warp=chapter.figure(_sm, "warp per row, registers", "gbps"),
+    warp_vs=chapter.figure(_sm, "warp per row, registers", "speedup_vs_baseline"),
+    quad_ms=chapter.figure(_sm, "warp per row, registers, 16-byte"),
+    quad_gbps=chapter.figure(_sm, "warp per row, registers, 16-byte", "gbps"),
+    quad_ceiling=chapter.figure(_sm, "warp per row, registers, 16-byte", "fraction_of_ceiling"),
+    quad_vs=chapter.figure(_sm, "warp per row, registers, 16-byte", "speedup_vs_baseline"),
+    h_ms=chapter.figure(_sm16, "warp per row, registers, 16-byte"),
+    h_old=chapter.figure(_sm16, "warp per row, registers"),
+    h_vs=chapter.figure(_sm16, "warp per row, registers, 16-byte", "speedup_vs_baseline"),
+    h_torch=chapter.figure(_sm16, "torch.softmax", "fraction_of_ceiling"),
+    ce=chapter.figure(_ce, "fused, block per row", "gbps"),
+    ce_vs=chapter.figure(_ce, "fused, block per row", "speedup_vs_baseline"),
+    ce_torch=chapter.figure(_ce, "torch cross_entropy", "gbps"),
+    ce16=chapter.figure(_ce, "fused, 16-byte loads", "gbps"),
+    ce16_ceiling=chapter.figure(_ce, "fused, 16-byte loads", "fraction_of_ceiling"),
+    ce16_vs=chapter.figure(_ce, "fused, 16-byte loads", "speedup_vs_baseline"),
+    ceb=chapter.figure(_ceb, "fused, block per row", "fraction_of_ceiling"),
+    ceb16=chapter.figure(_ceb, "fused, 16-byte", "fraction_of_ceiling"),
+    ceb_vs=chapter.figure(_ceb, "fused, 16-byte", "speedup_vs_baseline"),
+    s1000=_sweep("33554x1000"), s1025=_sweep("32736x1025"), s1025_torch=_sweep("32736x1025", "torch.softmax"),
+    s32k=_sweep("1048x32000"), s32k_torch=_sweep("1048x32000", "torch.softmax"),
+)
+
 chapter.save()
 
 # %% [markdown]

@@ -278,9 +278,11 @@ figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
 for who, style in (("workbook", "-"), ("torch", "--")):
     if history[f"{who} loss"]:
         left.plot(history[f"{who} loss"], style, label=who)
-        right.plot(np.arange(1, len(history[f"{who} accuracy"]) + 1), history[f"{who} accuracy"], style, label=who)
+        right.plot(np.arange(1, len(history[f"{who} accuracy"]) + 1), history[f"{who} accuracy"], style,
+                   marker=".", label=who)  # a marker: one epoch (the simulator's run) is one point
 left.set(xlabel="step", ylabel="training loss (batch mean)", yscale="log", title="loss")
-right.set(xlabel="epoch", ylabel="held-out accuracy", title="test accuracy", ylim=(0.5, 1.0))
+lowest = min(history["workbook accuracy"] + history["torch accuracy"])
+right.set(xlabel="epoch", ylabel="held-out accuracy", title="test accuracy", ylim=(min(0.5, lowest - 0.05), 1.0))
 for axis in (left, right):
     axis.legend()
     axis.grid(alpha=0.3)
@@ -332,25 +334,50 @@ parts = chapter.compare("training step, by part", {"forward (gather not included
 # %% [markdown]
 # ## What the numbers mean
 #
-# (On a GPU the tables above; in the simulator the stored H100 figures after each one. Host
-# figures move by 10-50% between runs.)
-#
-# - **It learns as well as torch.** 40 epochs of 5 steps: 99.4% of the held-out digits, the torch
-#   twin 98.9-99.4% over two runs; the two loss curves lie on each other (they differ only in the
-#   dropout masks), which is the end-to-end check that every gradient is right at full size.
-# - **A step as a graph beats torch eager 4-6x in wall time**: about 600 us per step in a loop
-#   against 1,900-2,800 us. Not because the kernels are faster — the GPU time of a step is 0.56 ms
-#   against torch's 0.41 — but because torch pays 2-3 ms of host per step to issue ~40 kernels
-#   through autograd, while the graph pays 7 us to issue all of ours. At this size every training
-#   step is launch-bound, torch's included.
-# - **The same step from Python, wrapper by wrapper**, costs ~3 ms of host (4.6 ms before the
-#   wrappers cached their launches, chapter 07): each of its 28 wrapper calls (47 launches) still
-#   checks its arguments and builds its views, ~110 us a call. Graphs exist for exactly this.
-# - **Where our GPU time goes**: the backward (0.38 ms) is 1.7 times the forward (0.22). The data
-#   gradient runs at 11.4 TFLOP/s against cuDNN's 15.2 and the weight gradient at 5.0 against 6.9: a
-#   32-row tile still leaves a small layer with few blocks, and the weight gradient's 106 slices
-#   add into dw with atomics. Chapter 01's BatchNorm kernels give each 64-value plane a block of
-#   256 threads, three quarters of them idle; a warp per plane would fit these shapes.
+# Figures from this run on a GPU, from the stored H100 run in the simulator. Host figures move by
+# 10-50% between runs.
+
+# %%
+_accuracy = chapter.figure("training")
+_wall = chapter.figure("wall us per step")
+_graph, _plain, _torch = "workbook, one CUDA graph", "workbook, plain launches", "torch eager"
+chapter.lesson("""
+- **It learns as well as torch.** {epochs} epochs of {steps} steps: {ours:.1%} of the held-out digits, the
+  torch twin {theirs:.1%}; the two loss curves lie on each other (they differ only in the dropout
+  masks), the end-to-end check that every gradient is right at full size.
+- **A step as a graph beats torch eager in wall time**: {graph_wall:.0f} us per step in a loop against
+  {torch_wall:.0f} ({ratio:.2f} of it). Not because the kernels are faster (the GPU time of a step is
+  {graph_gpu:.2f} ms against torch's {torch_gpu:.2f}) but because torch pays {torch_host:.0f} us of
+  host per step to issue its kernels through autograd, while the graph pays {graph_host:.0f} us to
+  issue all of ours. At this size every training step is launch-bound, torch's included.
+- **The same step from Python, wrapper by wrapper**, costs {plain_host:.0f} us of host: each of its 28
+  wrapper calls (47 launches) checks its arguments and builds its views, {per_call:.0f} us a call.
+  Graphs exist for exactly this.
+- **Where our GPU time goes**: the backward ({backward:.2f} ms) is {bwd_vs_fwd:.1f} times the forward
+  ({forward:.2f}). The data gradient runs at {dgrad:.1f} TFLOP/s against cuDNN's {dgrad_cudnn:.1f},
+  the weight gradient at {wgrad:.1f} against {wgrad_cudnn:.1f}: a 32-row tile leaves a small layer
+  few blocks, and the weight gradient's slices add into dw with atomics. Chapter 01's BatchNorm
+  kernels give each 64-value plane a block of 256 threads, three quarters of them idle; a warp per
+  plane would fit these shapes.
+""",
+    epochs=len(_accuracy["workbook accuracy"]),
+    steps=len(_accuracy["workbook loss"]) // len(_accuracy["workbook accuracy"]), ours=_accuracy["workbook accuracy"][-1],
+    theirs=_accuracy["torch accuracy"][-1] if _accuracy.get("torch accuracy") else float("nan"),
+    graph_wall=_wall[_graph], torch_wall=_wall[_torch], ratio=_wall[_graph] / _wall[_torch],
+    graph_gpu=chapter.figure("training step", _graph), torch_gpu=chapter.figure("training step", _torch),
+    torch_host=chapter.figure("training step", _torch, "host_us"),
+    graph_host=chapter.figure("training step", _graph, "host_us"),
+    plain_host=chapter.figure("training step", _plain, "host_us"),
+    per_call=chapter.figure("training step", _plain, "host_us") / 28,
+    backward=chapter.figure("training step, by part", "backward"),
+    forward=chapter.figure("training step, by part", "forward (gather not included)"),
+    bwd_vs_fwd=chapter.figure("training step, by part", "backward")
+    / chapter.figure("training step, by part", "forward (gather not included)"),
+    dgrad=chapter.figure("conv dgrad", "flipped filters + implicit GEMM", "tflops"),
+    dgrad_cudnn=chapter.figure("conv dgrad", "torch conv2d_input (cuDNN)", "tflops"),
+    wgrad=chapter.figure("conv wgrad", "split-K implicit GEMM", "tflops"),
+    wgrad_cudnn=chapter.figure("conv wgrad", "torch conv2d_weight (cuDNN)", "tflops"),
+)
 
 # %% [markdown]
 # ## Exercises you can check

@@ -1,0 +1,87 @@
+"""The chapters' text stays true to the stored results.
+
+Measured figures belong in a chapter's closing `chapter.lesson(...)`, filled in from the run or the
+stored GPU results. A figure typed into a Markdown cell (a time, a rate) must still be one that the
+stored results hold, at the precision it is written with: this test names every one that is not,
+so that text cannot drift from the measurements it describes."""
+
+import json
+import re
+
+import pytest
+
+from workbook import results
+from workbook.__main__ import chapter_scripts
+
+SCRIPTS = chapter_scripts()
+UNITS = r"ms|us|µs|TFLOP/s|GB/s|TB/s"
+NUMBER = r"\d[\d,]*(?:\.\d+)?"
+FIGURE = re.compile(rf"(?<![\w.^])({NUMBER})(?:\s*(?:-|–|to)\s*({NUMBER}))?\s*(?:{UNITS})(?![\w/])")
+
+
+def stored_values():
+    """Every number in the stored GPU results (and its x1000 and /1000: ms and us, GB/s and TB/s)."""
+    values = []
+
+    def walk(node):
+        if isinstance(node, bool) or node is None:
+            return
+        if isinstance(node, int | float):
+            values.extend((node, node * 1000, node / 1000))
+        elif isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str):  # a bar's target, ">= 10"
+            found = re.fullmatch(r"[<>]= (\S+)", node)
+            if found:
+                values.append(float(found[1]))
+
+    for path in sorted((results.RESULTS / results.REFERENCE_DEVICE).glob("*.json")):
+        walk(json.loads(path.read_text()))
+    return values
+
+
+def markdown_lines(script):
+    """(line number, text) of the Markdown cells of a jupytext percent script."""
+    in_markdown = False
+    for number, line in enumerate(script.read_text().splitlines(), 1):
+        if line.startswith("# %%"):
+            in_markdown = "[markdown]" in line
+        elif in_markdown:
+            yield number, line
+
+
+def typed_figures(text):
+    """The figures with a unit of time or rate in a line of prose, as written."""
+    for match in FIGURE.finditer(text):
+        yield from (figure for figure in match.groups() if figure)
+
+
+def agrees(written, values):
+    """Does some stored value print as `written`, at the number of decimals it is written with?"""
+    decimals = len(written.split(".")[1]) if "." in written else 0
+    typed = float(written.replace(",", ""))
+    half_unit = 0.5 * 10**-decimals * (1 + 1e-9)
+    return any(abs(value - typed) <= half_unit for value in values)
+
+
+def test_the_figure_pattern_reads_prose_as_written():
+    assert list(typed_figures("takes 0.56 ms against 1,900-2,800 us, 45.6 TFLOP/s at 2^28 and 3 TB/s")) == \
+        ["0.56", "1,900", "2,800", "45.6", "3"]
+    assert list(typed_figures("a 50 MB L2, 132 SMs, 2^26 elements, 16-byte loads")) == []
+    assert agrees("0.56", [0.5612]) and agrees("1,900", [1900.4]) and not agrees("99.4", [99.17])
+
+
+@pytest.mark.parametrize("chapter", list(SCRIPTS))
+def test_typed_figures_agree_with_the_stored_results(chapter):
+    values = stored_values()
+    script = SCRIPTS[chapter]
+    drifted = [f"{script.name}:{number}: {figure} in: {line.strip()}"
+               for number, line in markdown_lines(script) for figure in typed_figures(line)
+               if not agrees(figure, values)]
+    assert not drifted, ("figures typed into the text that no stored result holds (put them in the chapter's "
+                         "`chapter.lesson(...)` from the results, or in EXPERIMENTS.md with their date):\n"
+                         + "\n".join(drifted))

@@ -1,0 +1,92 @@
+"""A copy of the workbook for a class: what is committed, without the solutions.
+
+    python -m workbook handout DIR            refuses if the checkout has uncommitted or untracked
+                                             files, or an exercise region that is not its stub
+    python -m workbook handout DIR --force    writes the committed files all the same
+
+In a git checkout the handout is `git archive HEAD`: an instructor's uncommitted answers and stray
+files never reach the students. Outside one (a handout of a handout), every file is copied.
+"""
+
+import io
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from . import exercises
+from .results import ROOT
+
+LEAVES_OUT = ("solutions.py",)
+INSTALL = 'pip install -e ".[dev,compile,capstone]"'  # the README's install line
+_NOT_A_CHECKOUT_SKIPS = {".git", ".venv", "__pycache__", ".pytest_cache", ".whl", "build"}
+
+
+def _git(*args):
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def is_checkout():
+    return _git("rev-parse", "--is-inside-work-tree").returncode == 0
+
+
+def problems():
+    """Why a handout of this tree would not be what the class should get, one line each."""
+    found = []
+    if is_checkout():
+        status = [line for line in _git("status", "--porcelain", "--untracked-files=all").stdout.splitlines() if line]
+        untracked = [line[3:] for line in status if line.startswith("??")]
+        changed = [line[3:] for line in status if not line.startswith("??")]
+        if changed:
+            found.append(f"uncommitted changes (the handout takes the committed version): {', '.join(changed[:8])}"
+                         + (" ..." if len(changed) > 8 else ""))
+        if untracked:
+            found.append(f"untracked files (left out of the handout): {', '.join(untracked[:8])}"
+                         + (" ..." if len(untracked) > 8 else ""))
+        read = lambda path: _git("show", f"HEAD:{path.relative_to(ROOT).as_posix()}").stdout  # noqa: E731
+    else:
+        read = Path.read_text
+    for chapter_id in exercises.chapters():
+        path = exercises.module_path(chapter_id, "exercises")
+        try:
+            text = read(path)
+        except OSError:
+            continue
+        solved = [r.id for r in exercises.regions(text) if not r.untouched]
+        if solved:
+            found.append(f"{path.relative_to(ROOT)} as committed has exercise regions that are not their stubs "
+                         f"(answers the students would get): {', '.join(sorted(set(solved)))}")
+    return found
+
+
+def _files_of_this_tree():
+    return [p.relative_to(ROOT) for p in ROOT.rglob("*")
+            if p.is_file() and not _NOT_A_CHECKOUT_SKIPS.intersection(p.relative_to(ROOT).parts)]
+
+
+def write(destination, force=False):
+    """Write the handout into `destination` (new or empty); returns the files written. Raises
+    SystemExit naming the problems (see `problems`) unless `force`."""
+    destination = Path(destination)
+    if destination.exists() and any(destination.iterdir()):
+        raise SystemExit(f"{destination} exists and is not empty")
+    found = problems()
+    if found and not force:
+        raise SystemExit("not writing a handout:\n" + "\n".join(f"- {line}" for line in found)
+                         + "\nCommit or clean these first, or pass --force to write the committed files anyway.")
+    destination.mkdir(parents=True, exist_ok=True)
+    written = []
+    if is_checkout():
+        archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True, check=True)
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            members = [m for m in tar.getmembers() if m.isfile() and Path(m.name).name not in LEAVES_OUT]
+            tar.extractall(destination, members=members, filter="data")
+        written = [m.name for m in members]
+    else:
+        for relative in _files_of_this_tree():
+            if relative.name in LEAVES_OUT:
+                continue
+            (destination / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / relative, destination / relative)
+            written.append(relative.as_posix())
+    return written, found
