@@ -9,7 +9,6 @@ and the proofs that exercises, solutions and checks cannot drift apart or pass v
 import os
 import workbook  # noqa: F401,I001
 
-from pathlib import Path
 
 import pytest
 

@@ -3,6 +3,7 @@
 `import workbook` before anything imports numba.cuda: it applies WORKBOOK_DEVICE (see device.py)."""
 
 import os as _os
+import warnings as _warnings
 
 from .device import choose_mode as _choose_mode
 
@@ -13,10 +14,17 @@ MODE = _choose_mode()  # "gpu" or "sim"
 
 from numba import cuda  # noqa: E402  (must follow the mode choice)
 
+# numba-cuda 0.30's own numba.cuda.random (the xoroshiro generators, imported by chapter 02) passes
+# nopython=False to numba.jit, which numba 0.68 warns about at every import: not the reader's concern.
+_warnings.filterwarnings("ignore", message="The keyword argument 'nopython=False' was supplied",
+                         module="numba.core.decorators")
+
 if MODE == "sim":
+    from . import compiler as _compiler
     from . import simulator as _simulator
 
-    _simulator.install()
+    _simulator.install()  # warp intrinsics, the event-driven scheduler, negative indices named
+    _compiler.install()  # every launch also compiled for a GPU (see compiler.py)
 
 ON_GPU = MODE == "gpu"
 

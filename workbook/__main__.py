@@ -102,6 +102,7 @@ def run(args):
                   f"{results.device_facts()['name']}, as {'notebooks' if use_notebook else 'scripts'}; "
                   f"logs in {out_dir}/")
     failed = []
+    run_started = time.perf_counter()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         task = progress.add_task("chapters", total=len(scripts))
@@ -111,17 +112,30 @@ def run(args):
             log_path = out_dir / f"{chapter_id}.log"
             code = _run_one(script, log_path, use_notebook)
             seconds = time.perf_counter() - started
+            if code == 0:
+                _store_wall_time(out_dir / f"{chapter_id}.json", seconds, use_notebook)
             status = "[green]ok[/]" if code == 0 else f"[red]FAILED (exit {code})[/], see {log_path}"
             progress.console.print(f"{script.parent.name}: {status} in {seconds:.0f} s")
             if code:
                 failed.append(chapter_id)
                 progress.console.print("".join(log_path.read_text().splitlines(True)[-25:]))
             progress.advance(task)
+    console.print(f"{len(scripts)} chapter(s) in {time.perf_counter() - run_started:.0f} s")
     summary(console, list(scripts), results.device_facts()["slug"], out_dir.parent)
     if failed:
         console.print(f"[red]failed chapters: {', '.join(failed)}[/]")
         return 1
     return 0
+
+
+def _store_wall_time(path, seconds, as_notebook):
+    """Keep how long the chapter took, start to end, with its stored results."""
+    if not path.exists():
+        return
+    record = json.loads(path.read_text())
+    record["wall"] = {"seconds": round(seconds, 1), "as": "notebook" if as_notebook else "script",
+                      "cpus": os.cpu_count()}
+    path.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def _load(chapter_id, slug, base=None):
@@ -334,7 +348,10 @@ def compile_table(records, console, never_launched=()):
     from rich.table import Table
 
     table = Table(title="Every kernel launched, compiled for a GPU (cc 9.0, and 7.5) without one")
-    for column in ("kernel", "signature", "compiled", "registers", "spills (B)"):
+    longest = max((len(kernel.replace("chapters.", "").replace("_exercise_variant", "variant"))
+                   for kernel, _ in records), default=10)
+    table.add_column("kernel", min_width=min(longest, 48), overflow="fold")  # a name a reader can search for
+    for column in ("signature", "compiled", "registers", "spills (B)"):
         table.add_column(column, overflow="fold")
     errors = 0
     for (kernel, signature), record in sorted(records.items()):

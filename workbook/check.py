@@ -7,7 +7,9 @@
 Every failure is a CheckError (an AssertionError) whose message counts the wrong elements, lists the
 first few by index and, given the launch (`Launch(blocks, threads_per_block, ...)`), names the block
 and thread that wrote them. Outputs a loose tolerance would let through are rejected by name: wrong
-shape or dtype, all zeros, NaN where the reference is finite, an output left equal to its input.
+shape or dtype, all zeros, NaN where the reference is finite, an output left equal to its input,
+and elements left unwritten: `poison(out)` (or `poisoned(shape, dtype)`) fills an output with 0xFF
+bytes before the call, and an element that still holds them is named as never written.
 """
 
 from dataclasses import dataclass
@@ -82,6 +84,44 @@ def _fail(name, message, bad, out, ref, launch):
     raise CheckError("\n".join(lines))
 
 
+# ---------------------------------------------------------------------------------------------
+# Poisoned outputs: an element a kernel never writes can never pass for one
+
+
+def poison(output):
+    """Fill an output with 0xFF bytes (NaN for floats, -1 or the maximum for integers), so that an
+    element the kernel never writes cannot pass for one an earlier variant wrote."""
+    from numba import cuda
+
+    if type(output).__module__.startswith("torch"):
+        output.view(-1).view(__import__("torch").uint8).fill_(255)
+    elif hasattr(output, "copy_to_host") and output.size:
+        from . import ON_GPU
+
+        if ON_GPU and output.is_c_contiguous():  # the driver's memset: no host copy of a large output
+            from numba.cuda.cudadrv import driver
+
+            driver.device_memset(output, 255, output.nbytes)
+            return
+        as_bytes = output.reshape(output.size).view(np.uint8)
+        cuda.to_device(np.full(as_bytes.size, 255, dtype=np.uint8), to=as_bytes)
+
+
+def poisoned(shape, dtype):
+    """A new device array filled with 0xFF bytes: see poison()."""
+    from numba import cuda
+
+    out = cuda.device_array(shape, dtype)
+    poison(out)
+    return out
+
+
+def _poison_left(flat):
+    """Which elements hold nothing but 0xFF bytes."""
+    return flat.view(f"u{flat.itemsize}") == np.iinfo(f"u{flat.itemsize}").max if flat.dtype.kind in "fiub" and \
+        flat.itemsize in (1, 2, 4, 8) else np.zeros(flat.shape, bool)
+
+
 def _same_kind(name, out, ref):
     if out.shape != ref.shape:
         raise CheckError(f"{name}: shape {out.shape}, expected {ref.shape}")
@@ -101,6 +141,10 @@ def assert_close(out, ref, *, rtol=None, atol=None, exact=False, name="output", 
     if out.size == 0:
         return out
     flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+    unwritten = np.flatnonzero(_poison_left(flat_out) & ~_poison_left(flat_ref))
+    if len(unwritten):
+        _fail(name, f"{len(unwritten)} of {ref.size} elements left unwritten (they still hold the 0xFF bytes the "
+                    "output was filled with before the call)", unwritten, out, ref, launch)
 
     is_float = np.issubdtype(ref.dtype, np.floating)
     if exact or not is_float:

@@ -3,7 +3,8 @@
 numba's simulator runs a kernel as Python and never types it, so a kernel the GPU compiler would
 reject (a float ballot mask, a Python list, a float used as an index) can pass every check on a
 laptop. The compiler itself needs no GPU: numba-cuda's cu12 extra brings NVVM, and ptxas from the
-same wheels reports registers and spills. In simulator mode, `install()` makes every launch
+same wheels reports registers and spills. In simulator mode, `install()` (called by `import
+workbook`) makes every launch
 
     1. type the kernel's arguments as a GPU launch would (dtype, dimensions, layout of each array),
     2. compile the kernel once per signature, for compute capability 9.0 (the H100 the workbook is
@@ -320,6 +321,27 @@ _said_missing = False
 _could_not_check = set()  # kernels whose compile could not run here: said once each
 
 
+_stock_call = None
+
+
+def install():
+    """In simulator mode: make every kernel launch from the host go through check_launch first (a
+    kernel the GPU compiler rejects fails its launch, with numba's message). Idempotent."""
+    global _stock_call
+    from numba.cuda.simulator import kernel
+
+    if _stock_call is not None:
+        return
+    _stock_call = kernel.FakeCUDAKernel.__call__
+
+    def compiled_call(self, *args):
+        if not self._device and not kernel._kernel_context:
+            check_launch(self, args)
+        return _stock_call(self, *args)
+
+    kernel.FakeCUDAKernel.__call__ = compiled_call
+
+
 def wanted():
     return os.environ.get("WORKBOOK_COMPILE", "auto").strip().lower() not in ("0", "no", "off", "false")
 
@@ -353,7 +375,20 @@ def check_launch(kernel, args):
         raise GPUCompileError(
             f"{fn.__qualname__} ({fn.__code__.co_filename}:{fn.__code__.co_firstlineno}) runs in the simulator "
             f"but would not compile for a GPU with argument types ({', '.join(map(str, argtypes))}):\n"
-            f"{answer['error']}")
+            f"{with_source_lines(answer['error'])}")
+
+
+def with_source_lines(message):
+    """numba's message with the kernel's own lines where the worker could not read them (it got the
+    kernel by value, so it prints `<source missing, REPL/exec in use?>`): this process can."""
+    import linecache
+    import re
+
+    def quote(match):
+        line = linecache.getline(match[1], int(match[2])).rstrip()
+        return f'File "{match[1]}", line {match[2]}:\n{line}' if line else match[0]
+
+    return re.sub(r'File "([^"]+)", line (\d+):\n<source missing, REPL/exec in use\?>', quote, message)
 
 
 def ptx(kernel, argtypes, cc=CCS[0]):

@@ -23,9 +23,11 @@ the workbook without solutions.py.
     too slow        on a GPU, correct but under the speed target
 """
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
+import os
 import re
 import sys
 import traceback
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import ON_GPU, tables
+from .check import poisoned  # noqa: F401  (the chapters' checks import it from here)
 from .check import CheckError
 
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
@@ -264,12 +267,35 @@ def _message(error):
         return str(error)
     if isinstance(error, NotImplementedError):
         return f"NotImplementedError: {error}"
+    if name == "StrictModeError":
+        return f"undefined on a GPU (it would read garbage there):\n{error}"
     if name == "WarpDeadlockError":
         return f"warp deadlock (on a GPU this launch would hang):\n{error}"
     if name == "GPUCompileError":
         return str(error)
     frames = traceback.format_exception(type(error), error, error.__traceback__, limit=-3)
     return "".join(frames).rstrip()
+
+
+@contextlib.contextmanager
+def strict_simulator():
+    """Checks run the simulator strictly: a shuffle that reads a lane which did not take part, or a
+    collective whose mask leaves out its caller, is an error naming the lanes (undefined on a GPU,
+    where it reads garbage), not a quietly wrong value. Nothing changes on a GPU."""
+    if ON_GPU:
+        yield
+        return
+    from .simulator import STRICT_ENV
+
+    before = os.environ.get(STRICT_ENV)
+    os.environ[STRICT_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[STRICT_ENV]
+        else:
+            os.environ[STRICT_ENV] = before
 
 
 def evaluate(exercise, module):
@@ -289,7 +315,8 @@ def evaluate(exercise, module):
             return Result(exercise, NOT_ATTEMPTED, "what the check says of the planted bug:\n" + _message(error))
         return Result(exercise, NOT_ATTEMPTED)
     try:
-        exercise.check(module)
+        with strict_simulator():
+            exercise.check(module)
     except Exception as error:  # noqa: BLE001  (whatever the student's code raises is the answer)
         return Result(exercise, WRONG, _message(error))
     if not ON_GPU or exercise.speed is None:
@@ -346,17 +373,6 @@ def print_progress(rows, console=None, title="Exercises"):
 
 # ---------------------------------------------------------------------------------------------
 # Helpers for checks.py
-
-
-def poisoned(shape, dtype):
-    """A device array filled with 0xFF bytes (NaN, or -1): an element a kernel never writes stays wrong."""
-    from numba import cuda
-
-    from .bench import poison
-
-    out = cuda.device_array(shape, dtype)
-    poison(out)
-    return out
 
 
 def speed_ratio(mine, chapters, repeats=30):

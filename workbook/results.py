@@ -99,9 +99,3 @@ def save_json(chapter, payload, slug=None):
 def load_json(chapter, slug=REFERENCE_DEVICE):
     path = RESULTS / slug / f"{chapter}.json"
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def stored_devices():
-    """Folders of GPU results present in results/, the reference device first."""
-    found = sorted(p.name for p in RESULTS.glob("*") if p.is_dir() and p.name != "simulator")
-    return sorted(found, key=lambda slug: slug != REFERENCE_DEVICE)

@@ -1,97 +1,15 @@
-"""Warp-level intrinsics for numba's CUDA simulator, with the semantics of a GPU of compute capability 7.0+.
+"""The simulator's block scheduler: one Python thread per CUDA thread, warps cut from the linear
+thread index, and what each collective computes once its lanes have arrived.
 
-Students without a GPU, and CI, run the workbook in numba's simulator (NUMBA_ENABLE_CUDASIM=1), which
-runs each CUDA thread of a block as a Python thread. The stock simulator has no warp-level operations
-(`cuda.ballot_sync` is an AttributeError) and schedules its threads with a busy polling loop.
-`install()` -- called by `import workbook` in simulator mode; nothing for a reader to call -- adds
-
-    ballot_sync  all_sync  any_sync  eq_sync          votes            (mask, predicate)
-    shfl_sync  shfl_up_sync  shfl_down_sync  shfl_xor_sync   shuffles  (mask, value, lane/delta/lane_mask)
-    match_any_sync  match_all_sync                    compare          (mask, value)
-    syncwarp([mask])  activemask()  lanemask_lt()
-
-corrects popc, brev, clz and ffs for negative and 64-bit values, and replaces the block scheduler by an
-event-driven one (below), which also serves syncthreads and syncthreads_count/and/or.
-
-Threads, warps and lanes
-------------------------
-Warps are cut from the *linear* thread index x + y*bx + z*bx*by; lane = linear % 32. A block of
-16 x 3 threads has two warps, the second one half empty:
-
-    threadIdx.y = 0:  x = 0..15  -> linear  0..15  -> warp 0, lanes  0..15
-    threadIdx.y = 1:  x = 0..15  -> linear 16..31  -> warp 0, lanes 16..31
-    threadIdx.y = 2:  x = 0..15  -> linear 32..47  -> warp 1, lanes  0..15   (lanes 16..31 do not exist)
-
-What a `*_sync(mask, ...)` call waits for
------------------------------------------
-A lane calling ballot_sync(0xFFFFFFFF, p) waits until every lane named in the mask that exists and has
-not exited has reached a call of the same kind (any vote / any shuffle / any match / syncwarp) with the
-same mask. Exited and missing lanes are skipped, as on the hardware, so the tail pattern
-`if i >= n: return` followed by a full-mask collective works:
-
-    warp 3 of a 128-thread block, n = 100      ballot_sync(0xFFFFFFFF, p)
-    lane:   0  1  2  3 |  4  5 ... 31
-            =  =  =  = |  x  x ...  x          = arrived   x exited: skipped
-    the call completes once lanes 0-3 have arrived; bits 4-31 of the ballot are 0
-
-Results have numba's types on a GPU: ballot_sync and match_any_sync return a *signed* int32 (lane 31 set
-means negative), match_all_sync a tuple (int32 mask, bool), all/any/eq_sync a bool, activemask and
-lanemask_lt a uint32, a shuffle whatever it was given. laneid and warpsize are plain ints, like
-threadIdx in the simulator.
-
-activemask()
-------------
-On a GPU it returns the lanes executing the call together. The model here: a lane calling activemask()
-waits until no lane of its warp can make progress (each one has exited or waits somewhere), then gets
-the mask of the lanes waiting at the same call site (same line, same chain of device-function calls).
-So after `if i >= n: return` the tail warp sees only its live lanes, and inside `if lane % 2 == 0:`
-the even lanes see 0x55555555.
-
-Shuffles
---------
-As in PTX shfl.sync, only the low 5 bits of the lane/delta operand count: shfl_sync(m, v, 33) reads
-lane 1 and shfl_sync(m, v, -1) lane 31; shfl_up/shfl_down past the edge of the warp return the
-caller's own value. Reading a lane that does not take part in the shuffle (exited, missing from a
-partial warp, or not in the mask) is undefined on a GPU; here it returns the caller's own value, or,
-with WORKBOOK_SIM_STRICT=1, raises StrictModeError naming both lanes. Strict mode also rejects a
-collective whose mask leaves out the calling lane (by default the caller is added to the mask).
-
-Types numba refuses
--------------------
-Where numba would not compile a call for a GPU, the simulator raises TypeError instead of quietly
-working: shuffling anything but an int32/int64/float32/float64 (activemask() is a uint32!), a bool
-predicate for syncthreads_count/and/or (they take integers), a float vote predicate. popc and clz keep
-the argument's width (a Python int is an int64: popc(-1) == 64), ffs returns a uint32, and brev has
-only uint32 and uint64 versions: numba converts every other integer, int64 included, to uint32.
-
-Deadlocks
----------
-A collective that can never complete -- half a warp in shfl_sync and the other half in ballot_sync,
-or one lane in syncthreads while the rest of its warp waits for it in a shuffle -- would hang a GPU.
-Here, once every live thread of the block waits and nothing can be released, the launch raises
-WarpDeadlockError naming the kernel, the block and, per warp, which lanes wait where for whom.
-
-Scheduling (why it is fast)
----------------------------
 Each simulated thread sleeps on its own lock while it waits. The last lane to arrive at a collective
-computes every participant's result and wakes them; an exiting thread re-checks the collectives and
-the barrier it might have been holding up. syncthreads completes when all *live* threads have arrived
-(exited threads do not block it, as on sm_70+). Nothing polls.
-
-Measured 2026-11-21 on 2 shared CPU cores (AMD EPYC), Python 3.11, numba-cuda 0.30.4; 16 blocks x 256
-threads, best of several runs (ranges: other jobs were running); stock = numba's own BlockManager:
-    ballot_sync + 5-step shfl_xor_sync reduction   0.95-1.5 s   stock: no warp intrinsics
-        (tests/test_warp_intrinsics.py -k speed -s prints it; the test's bound is 20 s)
-    elementwise `out[i] = x[i] + 1`                 0.32-0.59 s  stock: 0.35-0.63 s (same runs, interleaved)
-    the same between two syncthreads()              0.84-1.05 s  stock: 2.1-2.7 s
-Most of what is left is starting one Python thread per CUDA thread, which the stock simulator pays too.
-
-tests/test_warp_intrinsics.py checks all of the above against hand-computed expectations; the same file
-passed on an H100 (results/nvidia-h100-80gb-hbm3/test_warp_intrinsics.log).
+computes every participant's result (the resolvers at the end of this module) and wakes them; an
+exiting thread re-checks the collectives and the barrier it might have been holding up. syncthreads
+completes when all *live* threads have arrived (exited threads do not block it, as on sm_70+).
+Nothing polls. When every live thread of a block waits and nothing can be released, the launch
+raises WarpDeadlockError with a report of who waits where (see the package docstring).
 """
 
 import contextlib
-import copy
 import os
 import struct
 import sys
@@ -156,6 +74,19 @@ def as_int32(bits):
 
 # --------------------------------------------------------------------------------------------------
 # The block scheduler: replaces numba's BlockManager (same constructor, same run()).
+
+
+def _is_integer(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _integer_predicate(op, predicate):
+    if not _is_integer(predicate):
+        raise TypeError(
+            f"{op} takes an integer predicate: numba does not compile it for a {type(predicate).__name__} "
+            "on a GPU (write `1 if condition else 0`)"
+        )
+    return bool(predicate)
 
 
 class _Warp:
@@ -582,210 +513,3 @@ def _resolve_syncwarp(call, block):
 
 
 _RESOLVERS = {"vote": _resolve_vote, "shfl": _resolve_shuffle, "match": _resolve_match, "syncwarp": _resolve_syncwarp}
-
-
-# --------------------------------------------------------------------------------------------------
-# The intrinsics, as methods of FakeCUDAModule (`cuda` inside a simulated kernel). The argument order
-# and return types are numba-cuda's (numba/cuda/intrinsics.py, cudadecl.py, cudaimpl.py), and so are
-# the operand types: what numba would refuse to compile for a GPU is a TypeError here too.
-
-
-def _is_integer(value):
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _integer_predicate(op, predicate):
-    if not _is_integer(predicate):
-        raise TypeError(
-            f"{op} takes an integer predicate: numba does not compile it for a {type(predicate).__name__} "
-            "on a GPU (write `1 if condition else 0`)"
-        )
-    return bool(predicate)
-
-
-def _vote_predicate(op, predicate):
-    if not (_is_integer(predicate) or isinstance(predicate, (bool, np.bool_))):
-        raise TypeError(f"{op} takes a bool or integer predicate, not a {type(predicate).__name__} (as numba on a GPU)")
-    return bool(predicate)
-
-
-def _shuffle_value(op, value):
-    # A Python int or float is an int64 or float64 to numba.
-    if not (isinstance(value, (np.int32, np.int64, np.float32, np.float64)) or type(value) in (int, float)):
-        raise TypeError(
-            f"{op} shuffles int32, int64, float32 and float64 values only; numba does not compile it for a "
-            f"{type(value).__name__} on a GPU (convert first, e.g. numba.int64(value))"
-        )
-    return value
-
-
-def _collective(kind, op, mask, *operands):
-    me = threading.current_thread()
-    return me.block.warp_collective(me, kind, op, mask, operands)
-
-
-def ballot_sync(self, mask, predicate):
-    return _collective("vote", "ballot_sync", mask, _vote_predicate("ballot_sync", predicate))
-
-
-def all_sync(self, mask, predicate):
-    return _collective("vote", "all_sync", mask, _vote_predicate("all_sync", predicate))
-
-
-def any_sync(self, mask, predicate):
-    return _collective("vote", "any_sync", mask, _vote_predicate("any_sync", predicate))
-
-
-def eq_sync(self, mask, predicate):
-    return _collective("vote", "eq_sync", mask, _vote_predicate("eq_sync", predicate))
-
-
-def shfl_sync(self, mask, value, src_lane):
-    return _collective("shfl", "shfl_sync", mask, SHFL_IDX, _shuffle_value("shfl_sync", value), src_lane)
-
-
-def shfl_up_sync(self, mask, value, delta):
-    return _collective("shfl", "shfl_up_sync", mask, SHFL_UP, _shuffle_value("shfl_up_sync", value), delta)
-
-
-def shfl_down_sync(self, mask, value, delta):
-    return _collective("shfl", "shfl_down_sync", mask, SHFL_DOWN, _shuffle_value("shfl_down_sync", value), delta)
-
-
-def shfl_xor_sync(self, mask, value, lane_mask):
-    return _collective("shfl", "shfl_xor_sync", mask, SHFL_BFLY, _shuffle_value("shfl_xor_sync", value), lane_mask)
-
-
-def match_any_sync(self, mask, value):
-    return _collective("match", "match_any_sync", mask, value)
-
-
-def match_all_sync(self, mask, value):
-    return _collective("match", "match_all_sync", mask, value)
-
-
-def syncwarp(self, mask=FULL_MASK):
-    _collective("syncwarp", "syncwarp", mask)
-
-
-def activemask(self):
-    me = threading.current_thread()
-    # The call site: each frame from the caller up to the kernel, so that one device function called
-    # from two branches counts as two sites, as two program counters would on a GPU.
-    site, frame = [], sys._getframe(1)
-    while frame is not None:
-        site.append((frame.f_code, frame.f_lasti))
-        if frame.f_code is me.block.kernel_code:
-            break
-        frame = frame.f_back
-    return me.block.activemask(me, tuple(site))
-
-
-def lanemask_lt(self):
-    return np.uint32(threading.current_thread().bit - 1)
-
-
-# Bit manipulation. numba types a numpy integer as itself and a plain Python int as int64 (uint64 from
-# 2**63 up); popc and clz return that type, ffs a uint32, and brev exists only for uint32 and uint64:
-# numba converts every other integer (int64 included) to uint32, keeping the low 32 bits.
-
-
-def _bits_and_width(value):
-    if isinstance(value, (bool, np.bool_)):
-        return int(value), 8  # numba picks the int8 overload for a boolean
-    width = value.dtype.itemsize * 8 if isinstance(value, np.integer) else 64
-    return int(value) & ((1 << width) - 1), width
-
-
-def _like(value, result):
-    return type(value)(result) if isinstance(value, np.integer) else result
-
-
-def popc(self, value):
-    bits, _ = _bits_and_width(value)
-    return _like(value, bin(bits).count("1"))
-
-
-def clz(self, value):
-    bits, width = _bits_and_width(value)
-    return _like(value, width - bits.bit_length())
-
-
-def ffs(self, value):
-    bits, _ = _bits_and_width(value)
-    return np.uint32((bits & -bits).bit_length())  # lowest set bit, counted from 1; 0 for 0
-
-
-def brev(self, value):
-    if isinstance(value, np.uint64) or (type(value) is int and value >= 1 << 63):  # numba's uint64 overload
-        return np.uint64(int(f"{int(value):064b}"[::-1], 2))
-    low_bits = int(value) & FULL_MASK  # anything else is converted to uint32
-    return np.uint32(int(f"{low_bits:032b}"[::-1], 2))
-
-
-_INTRINSICS = {
-    "ballot_sync": ballot_sync,
-    "all_sync": all_sync,
-    "any_sync": any_sync,
-    "eq_sync": eq_sync,
-    "shfl_sync": shfl_sync,
-    "shfl_up_sync": shfl_up_sync,
-    "shfl_down_sync": shfl_down_sync,
-    "shfl_xor_sync": shfl_xor_sync,
-    "match_any_sync": match_any_sync,
-    "match_all_sync": match_all_sync,
-    "syncwarp": syncwarp,
-    "activemask": activemask,
-    "lanemask_lt": lanemask_lt,
-    "popc": popc,
-    "clz": clz,
-    "ffs": ffs,
-    "brev": brev,
-}
-
-
-def install():
-    """Patch numba's CUDA simulator (idempotent; does nothing unless the simulator is enabled)."""
-    from numba.cuda.core import config
-
-    if not config.ENABLE_CUDASIM:
-        return
-    from numba.cuda.simulator import kernel, kernelapi
-
-    if getattr(kernel, "_workbook_simulator_installed", False):
-        return
-    for name, function in _INTRINSICS.items():
-        setattr(kernelapi.FakeCUDAModule, name, function)
-    kernel.BlockManager = BlockScheduler
-    global _stock_getitem
-    _stock_getitem = kernel.FakeCUDAKernel.__getitem__
-    kernel.FakeCUDAKernel.__getitem__ = _configured_copy
-    global _stock_call
-    _stock_call = kernel.FakeCUDAKernel.__call__
-    kernel.FakeCUDAKernel.__call__ = _compiled_call
-    kernel._workbook_simulator_installed = True
-
-
-_stock_getitem = None
-_stock_call = None
-
-
-def _compiled_call(self, *args):
-    """A launch from the host is first compiled for a GPU with its argument types (workbook/compiler.py):
-    a kernel the GPU compiler rejects fails here, with numba's message, instead of passing a check."""
-    from numba.cuda.simulator import kernel
-
-    if not self._device and not kernel._kernel_context:
-        from . import compiler
-
-        compiler.check_launch(self, args)
-    return _stock_call(self, *args)
-
-
-def _configured_copy(self, configuration):
-    """`kernel[grid, block, stream]` as on a GPU: a new configured launcher, the kernel untouched.
-
-    The stock simulator configures the kernel object itself and returns it, so launchers kept for
-    later (`launches = [k[g, b, s] for s in streams]`) would all run with the last configuration.
-    """
-    return _stock_getitem(copy.copy(self), configuration)

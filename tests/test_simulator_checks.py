@@ -1,0 +1,96 @@
+"""What the simulator and the checker tell a student beyond the warp intrinsics: a negative index
+named with its block and thread, an output left unwritten named as such, shuffles checked strictly
+in exercise checks, and a compile that could not run never blamed on the kernel."""
+
+import workbook  # first: applies WORKBOOK_DEVICE before numba.cuda is imported
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from workbook import CheckError, assert_close
+from workbook.check import poisoned
+
+sim_only = pytest.mark.skipif(workbook.ON_GPU, reason="simulator feature")
+
+
+@cuda.jit
+def shift_left(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = x[i - 1]  # x[-1] at i = 0: a bug NumPy's semantics would hide
+
+
+@sim_only
+def test_a_negative_index_is_named_with_its_block_and_thread():
+    x = cuda.to_device(np.arange(40, dtype=np.float32))
+    with pytest.raises(IndexError, match=r"block \(0, 0, 0\), thread \(0, 0, 0\) reads index -1 of an array "
+                                         r"of shape \(40,\): a negative index is out of bounds"):
+        shift_left[2, 32](x, cuda.device_array(40, np.float32))
+
+
+@cuda.jit
+def copy_all_but_the_tail(x, out):
+    i = cuda.grid(1)
+    if i < x.size - 3:
+        out[i] = x[i]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8])
+def test_an_output_left_unwritten_says_so(dtype):
+    x = np.arange(1, 34).astype(dtype)
+    out = poisoned(33, dtype)
+    copy_all_but_the_tail[2, 32](cuda.to_device(x), out)
+    with pytest.raises(CheckError, match=r"3 of 33 elements left unwritten .*\n  at \[30\] \(block 0, thread 30\)"):
+        assert_close(out, x, launch=workbook.Launch(2, 32))
+
+
+def test_an_output_of_255s_that_should_be_255s_is_not_unwritten():
+    out = poisoned(5, np.uint8)
+    assert_close(out, np.full(5, 255, np.uint8))
+
+
+@cuda.jit
+def read_the_lane_above(x, out):
+    i = cuda.grid(1)
+    if i >= x.size:
+        return
+    out[i] = cuda.shfl_down_sync(0xFFFFFFFF, x[i], 1)  # the last live lane reads an exited one
+
+
+@sim_only
+def test_exercise_checks_run_the_simulator_strictly():
+    from workbook.exercises import strict_simulator
+    from workbook.simulator import StrictModeError
+
+    x = cuda.to_device(np.arange(20, dtype=np.float32))
+    read_the_lane_above[1, 32](x, cuda.device_array(20, np.float32))  # outside a check: the caller's value
+    with strict_simulator(), pytest.raises(StrictModeError, match="lane 19 of warp 0 reads lane 20 .* has exited"):
+        read_the_lane_above[1, 32](x, cuda.device_array(20, np.float32))
+
+
+@sim_only
+def test_a_compile_that_cannot_run_is_not_the_kernels_fault(monkeypatch, capsys):
+    from workbook import compiler
+
+    class Broken:
+        def compile(self, kernel, argtypes):
+            return {"ok": None, "error": "CudaSupportError: Error at driver init: CUDA driver library cannot be found"}
+
+    monkeypatch.setenv("WORKBOOK_COMPILE", "1")
+    monkeypatch.setattr(compiler, "_compiler", Broken())
+    monkeypatch.setattr(compiler, "_could_not_check", set())
+    out = cuda.device_array(40, np.float32)
+    copy_all_but_the_tail[2, 32](cuda.to_device(np.ones(40, np.float32)), out)  # runs: no GPUCompileError
+    said = capsys.readouterr().err
+    assert "could not be compiled for a GPU here, which says nothing about the kernel" in said
+    assert "CudaSupportError" in said
+
+
+def test_compile_errors_quote_the_kernels_own_line(tmp_path):
+    from workbook.compiler import with_source_lines
+
+    source = tmp_path / "mine.py"
+    source.write_text("def kernel(x):\n    x[0] = [v for v in x]\n")
+    message = f'TypingError: bad\nFile "{source}", line 2:\n<source missing, REPL/exec in use?>\n'
+    assert with_source_lines(message) == f'TypingError: bad\nFile "{source}", line 2:\n    x[0] = [v for v in x]\n'

@@ -1,0 +1,170 @@
+"""Warp-level intrinsics for numba's CUDA simulator, with the semantics of a GPU of compute capability 7.0+.
+
+Students without a GPU, and CI, run the workbook in numba's simulator (NUMBA_ENABLE_CUDASIM=1), which
+runs each CUDA thread of a block as a Python thread. The stock simulator has no warp-level operations
+(`cuda.ballot_sync` is an AttributeError) and schedules its threads with a busy polling loop.
+`install()` -- called by `import workbook` in simulator mode; nothing for a reader to call -- adds
+(the intrinsics are in intrinsics.py, the scheduler and what each collective computes in scheduler.py)
+
+    ballot_sync  all_sync  any_sync  eq_sync          votes            (mask, predicate)
+    shfl_sync  shfl_up_sync  shfl_down_sync  shfl_xor_sync   shuffles  (mask, value, lane/delta/lane_mask)
+    match_any_sync  match_all_sync                    compare          (mask, value)
+    syncwarp([mask])  activemask()  lanemask_lt()
+
+corrects popc, brev, clz and ffs for negative and 64-bit values, and replaces the block scheduler by an
+event-driven one (below), which also serves syncthreads and syncthreads_count/and/or.
+
+Threads, warps and lanes
+------------------------
+Warps are cut from the *linear* thread index x + y*bx + z*bx*by; lane = linear % 32. A block of
+16 x 3 threads has two warps, the second one half empty:
+
+    threadIdx.y = 0:  x = 0..15  -> linear  0..15  -> warp 0, lanes  0..15
+    threadIdx.y = 1:  x = 0..15  -> linear 16..31  -> warp 0, lanes 16..31
+    threadIdx.y = 2:  x = 0..15  -> linear 32..47  -> warp 1, lanes  0..15   (lanes 16..31 do not exist)
+
+What a `*_sync(mask, ...)` call waits for
+-----------------------------------------
+A lane calling ballot_sync(0xFFFFFFFF, p) waits until every lane named in the mask that exists and has
+not exited has reached a call of the same kind (any vote / any shuffle / any match / syncwarp) with the
+same mask. Exited and missing lanes are skipped, as on the hardware, so the tail pattern
+`if i >= n: return` followed by a full-mask collective works:
+
+    warp 3 of a 128-thread block, n = 100      ballot_sync(0xFFFFFFFF, p)
+    lane:   0  1  2  3 |  4  5 ... 31
+            =  =  =  = |  x  x ...  x          = arrived   x exited: skipped
+    the call completes once lanes 0-3 have arrived; bits 4-31 of the ballot are 0
+
+Results have numba's types on a GPU: ballot_sync and match_any_sync return a *signed* int32 (lane 31 set
+means negative), match_all_sync a tuple (int32 mask, bool), all/any/eq_sync a bool, activemask and
+lanemask_lt a uint32, a shuffle whatever it was given. laneid and warpsize are plain ints, like
+threadIdx in the simulator.
+
+activemask()
+------------
+On a GPU it returns the lanes executing the call together. The model here: a lane calling activemask()
+waits until no lane of its warp can make progress (each one has exited or waits somewhere), then gets
+the mask of the lanes waiting at the same call site (same line, same chain of device-function calls).
+So after `if i >= n: return` the tail warp sees only its live lanes, and inside `if lane % 2 == 0:`
+the even lanes see 0x55555555.
+
+Shuffles
+--------
+As in PTX shfl.sync, only the low 5 bits of the lane/delta operand count: shfl_sync(m, v, 33) reads
+lane 1 and shfl_sync(m, v, -1) lane 31; shfl_up/shfl_down past the edge of the warp return the
+caller's own value. Reading a lane that does not take part in the shuffle (exited, missing from a
+partial warp, or not in the mask) is undefined on a GPU; here it returns the caller's own value, or,
+with WORKBOOK_SIM_STRICT=1, raises StrictModeError naming both lanes. Strict mode also rejects a
+collective whose mask leaves out the calling lane (by default the caller is added to the mask).
+
+Types numba refuses
+-------------------
+Where numba would not compile a call for a GPU, the simulator raises TypeError instead of quietly
+working: shuffling anything but an int32/int64/float32/float64 (activemask() is a uint32!), a bool
+predicate for syncthreads_count/and/or (they take integers), a float vote predicate. popc and clz keep
+the argument's width (a Python int is an int64: popc(-1) == 64), ffs returns a uint32, and brev has
+only uint32 and uint64 versions: numba converts every other integer, int64 included, to uint32.
+
+Deadlocks
+---------
+A collective that can never complete -- half a warp in shfl_sync and the other half in ballot_sync,
+or one lane in syncthreads while the rest of its warp waits for it in a shuffle -- would hang a GPU.
+Here, once every live thread of the block waits and nothing can be released, the launch raises
+WarpDeadlockError naming the kernel, the block and, per warp, which lanes wait where for whom.
+
+Scheduling (why it is fast)
+---------------------------
+Each simulated thread sleeps on its own lock while it waits. The last lane to arrive at a collective
+computes every participant's result and wakes them; an exiting thread re-checks the collectives and
+the barrier it might have been holding up. syncthreads completes when all *live* threads have arrived
+(exited threads do not block it, as on sm_70+). Nothing polls.
+
+Measured 2026-11-21 on 2 shared CPU cores (AMD EPYC), Python 3.11, numba-cuda 0.30.4; 16 blocks x 256
+threads, best of several runs (ranges: other jobs were running); stock = numba's own BlockManager:
+    ballot_sync + 5-step shfl_xor_sync reduction   0.95-1.5 s   stock: no warp intrinsics
+        (tests/test_warp_intrinsics.py -k speed -s prints it; the test's bound is 20 s)
+    elementwise `out[i] = x[i] + 1`                 0.32-0.59 s  stock: 0.35-0.63 s (same runs, interleaved)
+    the same between two syncthreads()              0.84-1.05 s  stock: 2.1-2.7 s
+Most of what is left is starting one Python thread per CUDA thread, which the stock simulator pays too.
+
+tests/test_warp_intrinsics.py checks all of the above against hand-computed expectations; the same file
+passed on an H100 (results/nvidia-h100-80gb-hbm3/test_warp_intrinsics.log).
+"""
+
+import copy
+import threading
+
+import numpy as np
+
+from .intrinsics import INTRINSICS
+from .scheduler import (FULL_MASK, STRICT_ENV, WARP_SIZE, BlockScheduler, StrictModeError,  # noqa: F401
+                        WarpDeadlockError, _Thread, strict_mode)
+
+
+def install():
+    """Patch numba's CUDA simulator (idempotent; does nothing unless the simulator is enabled)."""
+    from numba.cuda.core import config
+
+    if not config.ENABLE_CUDASIM:
+        return
+    from numba.cuda.simulator import kernel, kernelapi
+
+    if getattr(kernel, "_workbook_simulator_installed", False):
+        return
+    for name, function in INTRINSICS.items():
+        setattr(kernelapi.FakeCUDAModule, name, function)
+    kernel.BlockManager = BlockScheduler
+    global _stock_getitem
+    _stock_getitem = kernel.FakeCUDAKernel.__getitem__
+    kernel.FakeCUDAKernel.__getitem__ = _configured_copy
+    _check_negative_indices()
+    kernel._workbook_simulator_installed = True
+
+
+_stock_getitem = None
+
+
+def _configured_copy(self, configuration):
+    """`kernel[grid, block, stream]` as on a GPU: a new configured launcher, the kernel untouched.
+
+    The stock simulator configures the kernel object itself and returns it, so launchers kept for
+    later (`launches = [k[g, b, s] for s in streams]`) would all run with the last configuration.
+    """
+    return _stock_getitem(copy.copy(self), configuration)
+
+
+def _negative_index(index):
+    """The first negative integer in an index (an int or a tuple of them), else None."""
+    for value in index if isinstance(index, tuple) else (index,):
+        if isinstance(value, int | np.integer) and not isinstance(value, bool) and value < 0:
+            return value
+    return None
+
+
+def _check_negative_indices():
+    """Inside a kernel, a negative index of a device array is an error naming the block, the thread and
+    the index. NumPy (and numba on a GPU) would read from the end of the array, x[n - 1] for x[-1]:
+    silently, and almost never what a kernel means (`x[i - 1]` at i = 0)."""
+    from numba.cuda.simulator.cudadrv import devicearray
+
+    within = devicearray.FakeWithinKernelCUDAArray
+    stock_get, stock_set = within.__getitem__, within.__setitem__
+
+    def refuse(self, index, verb):
+        me = threading.current_thread()
+        where = (f"block {tuple(me.blockIdx)}, thread {tuple(me.threadIdx)}" if isinstance(me, _Thread)
+                 else "a kernel")
+        raise IndexError(f"{where} {verb} index {index} of an array of shape {self._item.shape}: a negative "
+                         "index is out of bounds (numba on a GPU would silently use the end of the array)")
+
+    def getitem(self, index):
+        if _negative_index(index) is not None:
+            refuse(self, index, "reads")
+        return stock_get(self, index)
+
+    def setitem(self, index, value):
+        if _negative_index(index) is not None:
+            refuse(self, index, "writes")
+        return stock_set(self, index, value)
+
+    within.__getitem__, within.__setitem__ = getitem, setitem
