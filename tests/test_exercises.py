@@ -110,6 +110,9 @@ def _checkout_copy(tmp_path):
 
     from workbook import results
 
+    if subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=results.ROOT,
+                      capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: the handout is built from a checkout's committed files")
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(results.ROOT), str(clone)], check=True)
     return clone

@@ -185,6 +185,8 @@ def summary_rows(chapter_ids, slug, base=None):
     return rows, bars
 
 
+SHORT_HEADERS = {"correct": "ok", "ceiling": "ceil", "vs naive": "naive", "vs baseline": "base",
+                 "host/call": "host"}  # the console's table; the Markdown one keeps the long names
 COLUMNS = ("chapter", "case", "kernel", "correct", "time", "rate", "ceiling", "vs naive", "vs baseline",
            "host/call", "1 call")
 
@@ -194,13 +196,24 @@ def summary(console, chapter_ids, slug, base=None):
 
     rows, bars = summary_rows(chapter_ids, slug, base)
     source = "this run" if workbook.ON_GPU else f"stored {results.REFERENCE_DEVICE} results"
-    table = Table(title=f"Summary: correctness from this run ({workbook.MODE}); times, rates and "
-                        f"speed-ups from {source}")
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("chapter", "case", "kernel") else "right")
+    from rich import box
+
+    console.print(f"[bold]Summary[/]: correctness from this run ({workbook.MODE}); times, rates and speed-ups "
+                  f"from {source}. Per case: time of a call on the GPU, GB/s or TFLOP/s, fraction of the copy "
+                  "ceiling, speed-up vs the naive kernel and vs the baseline, host cost per call, one call "
+                  "synchronised.")
+    shown = [c for c in COLUMNS if c not in ("chapter", "case")]
+    by_case = {}
     for row in rows:
-        table.add_row(*(row[c] for c in COLUMNS))
-    console.print(table)
+        by_case.setdefault(f"{row['chapter']} {row['case']}", []).append(row)
+    for case, case_rows in by_case.items():  # a table per case: its title heads it, and 100 columns fit
+        table = Table(title=case, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+        for column in shown:
+            table.add_column(SHORT_HEADERS.get(column, column), justify="left" if column == "kernel" else "right",
+                             no_wrap=column != "kernel", ratio=1 if column == "kernel" else None)
+        for row in case_rows:
+            table.add_row(*(row[c].replace("TFLOP/s", "TF/s").replace(" (sync)", " sync") for c in shown))
+        console.print(table)
     if bars:
         bar_table = Table(title=f"Bars ({source})")
         for column in ("chapter", "bar", "measured [p25-p75]", "target", "verdict"):

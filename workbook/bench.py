@@ -135,34 +135,7 @@ class Comparison:
         return rows
 
     def table(self):
-        from rich.table import Table
-
-        first, base = self.first_kernel, self.first_baseline
-        caption = None if self.meaningful else "simulator: times are not meaningful"
-        if self.meaningful:
-            caption = ("median ms: GPU time of a call; host us/call: what a call costs the CPU; "
-                       "1 call us: one call, synchronised, wall clock")
-        if self.ceiling and self.meaningful:
-            caption += f"; copy ceiling {self.ceiling['gbps']:.0f} GB/s ({self.ceiling['how']})"
-        table = Table(title=self.title, caption=caption)
-        for column in ("variant", "correct", "median ms [p25-p75]", "GB/s", "of ceiling", "TFLOP/s",
-                       f"vs {first}", f"vs {base}" if base else "", "host us/call", "1 call us"):
-            if column:
-                table.add_column(column, justify="left" if column == "variant" else "right")
-        for row in self.rows():
-            cells = [row["variant"], _yes_no(row["correct"])]
-            if self.meaningful:
-                cells += [f"{row['median_ms']:.4g} [{row['p25_ms']:.4g}-{row['p75_ms']:.4g}]",
-                          _fmt(row["gbps"], ".0f"), _fmt(row["fraction_of_ceiling"], ".0%"),
-                          _fmt(row["tflops"], ".2f"), _fmt_ratio(row["speedup_vs_first"])]
-                if base:
-                    cells.append(_fmt_ratio(row["speedup_vs_baseline"]))
-                cells += [_fmt(row["host_us"], ".0f") + (" (sync)" if row.get("synchronises") else ""),
-                          _fmt(row["latency_us"], ".0f")]
-            else:
-                cells += ["-"] * (8 if base else 7)
-            table.add_row(*cells)
-        return table
+        return tables.comparison(self.title, self.rows(), ceiling=self.ceiling, timed=self.meaningful)
 
     def show(self):
 
@@ -173,19 +146,6 @@ class Comparison:
         console = tables.console(record=True, file=open("/dev/null", "w"), force_terminal=False)
         console.print(self.table())
         return console.export_text()
-
-
-def _yes_no(value):
-    return "-" if value is None else ("yes" if value else "NO")
-
-
-def _fmt(value, spec):
-    return "-" if value is None else format(value, spec)
-
-
-def _fmt_ratio(triple):
-    median, low, high = triple
-    return "-" if np.isnan(median) else f"{median:.2f}x [{low:.2f}-{high:.2f}]"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -99,8 +99,8 @@ class Chapter:
         figure.savefig(path, dpi=110, bbox_inches="tight")
         self.figures.append(path.name)
         if not ON_GPU:
-            print(f"This run's {path.name} (drawn at the end of this cell in a notebook) only shows that the "
-                  "plotting runs: the simulator's times mean nothing.")
+            print(f"This run's {path.name} is the simulator's (drawn at the end of this cell in a notebook): "
+                  "tiny sizes, and times that mean nothing.")
             self.show_stored_figure(name)
         return path
 
@@ -126,7 +126,7 @@ class Chapter:
         self.records[key] = values
         if not ON_GPU:
             stored = (self.stored or {}).get("records", {}).get(key)
-            print(f"stored on {self.stored['stamp']['device']}: {stored}" if stored else
+            print(f"stored on {self.stored['stamp']['device']}: {_brief(stored)}" if stored else
                   f"(no stored GPU figures for {key!r} yet)")
 
     def save(self):
@@ -205,20 +205,16 @@ class Chapter:
         stamp = self.stored["stamp"]
         for case in self.stored["cases"]:
             if case["key"] == key:
-                from rich.table import Table
-
-                table = Table(title=f"stored on {stamp['device']} ({case['size']}), {stamp['date'][:10]}")
-                for column in ("variant", "median ms", "GB/s", "of ceiling", "TFLOP/s", "vs first",
-                               "host us/call", "1 call us"):
-                    table.add_column(column, justify="left" if column == "variant" else "right")
-                for row in case["rows"]:
-                    speedup = row.get("speedup_vs_first")
-                    table.add_row(row["variant"], _fmt(row["median_ms"], ".4g"), _fmt(row["gbps"], ".0f"),
-                                  _fmt(row["fraction_of_ceiling"], ".0%"), _fmt(row["tflops"], ".2f"),
-                                  "-" if not speedup else f"{speedup[0]:.2f}x", _fmt(row.get("host_us"), ".0f"),
-                                  _fmt(row.get("latency_us"), ".0f"))
-                tables.console().print(table)
+                title = f"stored on {stamp['device']} ({case['size']}), {stamp['date'][:10]}"
+                tables.console().print(tables.comparison(title, case["rows"], ceiling=case.get("ceiling")))
 
 
-def _fmt(value, spec):
-    return "-" if value is None else format(value, spec)
+def _brief(values):
+    """A record as a reader wants it printed: figures to 4 digits, a long series as its length and
+    its last value."""
+    if isinstance(values, dict):
+        return "{" + ", ".join(f"{key}: {_brief(value)}" for key, value in values.items()) + "}"
+    if isinstance(values, list):
+        return f"{len(values)} values, the last {_brief(values[-1])}" if len(values) > 4 else str(
+            [float(f"{v:.4g}") for v in values])
+    return f"{values:.4g}" if isinstance(values, float) else str(values)

@@ -489,8 +489,10 @@ def _wide_blocks(n):
 def relu_mask_wide(x, y, mask, *, blocks=None):
     """Optimized with 8-byte words: y = relu(x), mask = packed (x > 0). Returns (y, mask)."""
     x, y, mask = _forward_args(x, y, mask)
-    relu_mask_wide_kernel[blocks or _wide_blocks(x.size), THREADS_PER_BLOCK](x, y, _pairs(x, "x"), _pairs(y, "y"),
-                                                                           mask)
+    # through the launch cache, as every wrapper here: the 8-byte views are made afresh at each call,
+    # but they find the launch prepared for the same memory (chapter 07)
+    _launches.launch(relu_mask_wide_kernel, blocks or _wide_blocks(x.size), THREADS_PER_BLOCK,
+                     (x, y, _pairs(x, "x"), _pairs(y, "y"), mask))
     return y, mask
 
 
@@ -500,8 +502,8 @@ def relu_backward_from_mask_wide(dy, mask, dx, *, blocks=None):
     mask = require(mask, "mask", dtype=np.uint32, shape=(mask_words(dy.size),))
     dx = require(dx, "dx", dtype=np.float32, shape=dy.shape)
     if dy.size:
-        relu_backward_from_mask_wide_kernel[blocks or _wide_blocks(dy.size), THREADS_PER_BLOCK](
-            dy, _pairs(dy, "dy"), mask, dx, _pairs(dx, "dx"))
+        _launches.launch(relu_backward_from_mask_wide_kernel, blocks or _wide_blocks(dy.size), THREADS_PER_BLOCK,
+                         (dy, _pairs(dy, "dy"), mask, dx, _pairs(dx, "dx")))
     return dx
 
 
