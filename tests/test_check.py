@@ -214,3 +214,25 @@ def test_a_bar_is_met_only_when_its_spread_clears_it(measured, spread, target, e
 
     assert verdict({"measured": measured, "spread": spread, "target": target, "met": True}) == expected
     assert verdict({"measured": measured, "spread": spread, "target": target, "met": None}) is None
+
+
+def test_comparison_tables_fit_100_columns_and_take_rows_of_any_kind():
+    from workbook import tables
+
+    rows = [{"variant": "a kernel with a long name that must wrap", "kind": "kernel", "correct": True,
+             "median_ms": 0.12345, "p25_ms": 0.12, "p75_ms": 0.13, "gbps": 2900.0, "fraction_of_ceiling": 0.97,
+             "tflops": None, "speedup_vs_first": [1.0, 1.0, 1.0], "speedup_vs_baseline": [0.98, 0.97, 0.99],
+             "host_us": 31.0, "latency_us": 250.0},
+            {"variant": "torch (baseline)", "kind": "baseline", "correct": True, "median_ms": 0.121, "p25_ms": 0.12,
+             "p75_ms": 0.122, "gbps": 2950.0, "fraction_of_ceiling": 0.99, "tflops": None,
+             "speedup_vs_first": [1.02, 1.0, 1.03], "speedup_vs_baseline": [1.0, 1.0, 1.0], "host_us": 12.0,
+             "latency_us": 190.0, "synchronises": True}]
+    copies = [{"variant": "16 copies", "kind": "copy", "correct": None, "median_ms": 5.1, "p25_ms": None,
+               "p75_ms": None, "gbps": 26.0, "fraction_of_ceiling": None, "tflops": None}]  # ch05's stored case
+    for table_rows in (rows, copies):
+        console = tables.console(record=True, file=open("/dev/null", "w"))
+        console.print(tables.comparison("a case", table_rows, ceiling={"gbps": 2990.0, "how": "torch copy_"}))
+        text = console.export_text()
+        assert max(len(line) for line in text.splitlines()) <= tables.WIDTH
+        assert table_rows[0]["variant"].split()[0] in text
+    assert "TFLOP/s" not in text.splitlines()[2]  # a rate column no row has is left out

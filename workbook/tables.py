@@ -41,7 +41,7 @@ def comparison(title, rows, *, ceiling=None, timed=True):
         for row in rows:
             table.add_row(row["variant"], yes_no(row["correct"]))
         return table
-    first = next(r["variant"] for r in rows if r["kind"] == "kernel")
+    first = next((r["variant"] for r in rows if r["kind"] == "kernel"), rows[0]["variant"] if rows else "-")
     base = next((r["variant"] for r in rows if r["kind"] == "baseline"), None)
     caption = (f"ms: GPU time of a call, median \\[p25-p75]; vs 1st: speed-up over {first}"
                + (f"; vs base: over {base}" if base else "")
@@ -53,8 +53,8 @@ def comparison(title, rows, *, ceiling=None, timed=True):
         low, high = r.get("p25_ms"), r.get("p75_ms")
         return f"{r['median_ms']:.4g}" + (f" [{low:.3g}-{high:.3g}]" if low is not None else "")
 
-    columns = [("ms", spread), ("GB/s", lambda r: fmt(r["gbps"], ".0f")),
-               ("ceil", lambda r: fmt(r["fraction_of_ceiling"], ".0%")), ("TFLOP/s", lambda r: fmt(r["tflops"], ".2f")),
+    columns = [("ms", spread), ("GB/s", lambda r: fmt(r.get("gbps"), ".0f")),
+               ("ceil", lambda r: fmt(r.get("fraction_of_ceiling"), ".0%")), ("TFLOP/s", lambda r: fmt(r.get("tflops"), ".2f")),
                ("vs 1st", lambda r: ratio(r.get("speedup_vs_first")))]
     if base:
         columns.append(("vs base", lambda r: ratio(r.get("speedup_vs_baseline"))))
