@@ -143,10 +143,6 @@ def _load(chapter_id, slug, base=None):
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _fmt(value, spec, suffix=""):
-    return "-" if value is None else format(value, spec) + suffix
-
-
 def summary_rows(chapter_ids, slug, base=None):
     """Rows of the summary: this run's correctness, and times from this run or (simulator) stored.
 
@@ -167,18 +163,18 @@ def summary_rows(chapter_ids, slug, base=None):
             for row in case["rows"]:
                 t = timed_rows.get(row["variant"], {})
                 vs_first, vs_base = t.get("speedup_vs_first"), t.get("speedup_vs_baseline")
-                rate = _fmt(t.get("tflops"), ".2f", " TFLOP/s") if t.get("tflops") else _fmt(
+                rate = tables.fmt(t.get("tflops"), ".2f", " TFLOP/s") if t.get("tflops") else tables.fmt(
                     t.get("gbps"), ".0f", " GB/s")
                 rows.append({
                     "chapter": chapter_id, "case": f"{case['key']} ({timed_case.get('size') or case['size']})",
                     "kernel": row["variant"] + (" (baseline)" if row["kind"] == "baseline" else ""),
                     "correct": {None: "-", True: "yes", False: "NO"}[row["correct"]],
-                    "time": _fmt(t.get("median_ms"), ".4g", " ms"), "rate": rate,
-                    "ceiling": _fmt(t.get("fraction_of_ceiling"), ".0%"),
+                    "time": tables.fmt(t.get("median_ms"), ".4g", " ms"), "rate": rate,
+                    "ceiling": tables.fmt(t.get("fraction_of_ceiling"), ".0%"),
                     "vs naive": "-" if not vs_first else f"{vs_first[0]:.2f}x",
                     "vs baseline": "-" if not vs_base else f"{vs_base[0]:.2f}x",
-                    "host/call": _fmt(t.get("host_us"), ".0f", " us") + (" (sync)" if t.get("synchronises") else ""),
-                    "1 call": _fmt(t.get("latency_us"), ".0f", " us"),
+                    "host/call": tables.fmt(t.get("host_us"), ".0f", " us") + (" (sync)" if t.get("synchronises") else ""),
+                    "1 call": tables.fmt(t.get("latency_us"), ".0f", " us"),
                 })
         for bar in (timed or {}).get("bars", []):
             bars.append({"chapter": chapter_id, **bar})
