@@ -110,8 +110,9 @@ def _checkout_copy(tmp_path):
 
     from workbook import results
 
-    if subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=results.ROOT,
-                      capture_output=True).returncode != 0:
+    from workbook import handout
+
+    if not handout.is_checkout():
         pytest.skip("not a git checkout: the handout is built from a checkout's committed files")
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(results.ROOT), str(clone)], check=True)
