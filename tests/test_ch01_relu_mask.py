@@ -14,17 +14,6 @@ FORWARDS = [k.relu_mask_sequential, k.relu_mask_ballot, k.relu_mask_wide, k.relu
 SIZES_WIDE = [2, 63, 64, 65, 127, 129, 511, 513]  # pairs, rows of 64, warps of 128 quads, trips of 256
 
 
-def special_inputs(n, seed=0):
-    """Normal values with zeros, negative zeros, NaN (both signs) and +-inf mixed in."""
-    rng = np.random.default_rng(seed + n)
-    x = rng.standard_normal(n).astype(np.float32)
-    x[rng.random(n) < 0.1] = 0.0
-    x[rng.random(n) < 0.1] = -0.0
-    specials = np.array([np.nan, -np.nan, np.inf, -np.inf], dtype=np.float32)
-    x[: min(n, 4)] = specials[: min(n, 4)]
-    return x
-
-
 def empty_outputs(n):
     return cuda.device_array(n, np.float32), cuda.device_array(k.mask_words(n), np.uint32)
 
@@ -36,7 +25,7 @@ def empty_outputs(n):
 @pytest.mark.parametrize("forward", FORWARDS, ids=lambda f: f.__name__)
 @pytest.mark.parametrize("n", SIZES + SIZES_WIDE)
 def test_forward_matches_reference(forward, n):
-    x = special_inputs(n)
+    x = k.special_inputs(n)
     y_ref, mask_ref = k.relu_mask_reference(x)
     d_y, d_mask = empty_outputs(n)
     d_mask.copy_to_device(np.full(d_mask.size, 0xFFFFFFFF, np.uint32))  # padding bits must be written as 0
@@ -63,7 +52,7 @@ def test_mask_bits_of_special_values():
 @pytest.mark.parametrize("n", [3001, 4096])
 def test_ballot_grid_stride_several_trips_per_warp(forward, blocks, n):
     # One or two blocks for thousands of elements: every warp goes round the trip loop more than once.
-    x = special_inputs(n, seed=1)
+    x = k.special_inputs(n, seed=1)
     y, mask = forward(cuda.to_device(x), *empty_outputs(n), blocks=blocks)
     workbook.assert_close(y, k.relu_reference(x), exact=True)
     workbook.assert_bitmask(mask, x > 0)
@@ -85,7 +74,7 @@ def test_wide_kernels_reject_misaligned_views():
 @pytest.mark.parametrize("n", SIZES + SIZES_WIDE)
 @pytest.mark.parametrize("source", ["mask", "mask, 8-byte words", "mask, 16-byte quads", "y"])
 def test_backward_matches_reference(n, source):
-    x = special_inputs(n, seed=2)
+    x = k.special_inputs(n, seed=2)
     y_ref, mask_ref = k.relu_mask_reference(x)
     rng = np.random.default_rng(n)
     dy = rng.standard_normal(n).astype(np.float32)
@@ -110,7 +99,7 @@ def test_backward_matches_reference(n, source):
 @pytest.mark.parametrize("blocks", [1, 3])
 def test_backward_several_trips_per_warp(backward, blocks):
     n = 3001
-    x = special_inputs(n, seed=3)
+    x = k.special_inputs(n, seed=3)
     dy = np.random.default_rng(3).standard_normal(n).astype(np.float32)
     y_ref, mask_ref = k.relu_mask_reference(x)
     second = y_ref if backward is k.relu_backward_from_y else mask_ref
@@ -265,7 +254,7 @@ def test_batchnorm_rejects_bad_arguments():
 
 
 def test_references_against_a_direct_computation():
-    x = special_inputs(77, seed=9)
+    x = k.special_inputs(77, seed=9)
     y, mask = k.relu_mask_reference(x)
     bits = np.unpackbits(mask.view(np.uint8), bitorder="little")
     assert bits[:77].astype(bool).tolist() == [bool(v > 0) for v in x] and not bits[77:].any()
@@ -285,7 +274,7 @@ def test_quads_at_every_alignment(offset):
     # Views 0..3 elements into aligned buffers: offset 0 takes the 16-byte kernels, the others the
     # 4-byte ones; all must agree with NumPy.
     n = 301
-    x = special_inputs(n + 3, seed=7)
+    x = k.special_inputs(n + 3, seed=7)
     dy = np.random.default_rng(7).standard_normal(n + 3).astype(np.float32)
     d_x, d_dy = cuda.to_device(x)[offset:offset + n], cuda.to_device(dy)[offset:offset + n]
     y = cuda.to_device(np.full(n + 3, 7.0, np.float32))[offset:offset + n]

@@ -3,23 +3,13 @@ import workbook  # noqa: I001  (first: chooses GPU or simulator)
 import numpy as np
 import pytest
 
+from chapters.ch04_implicit_gemm import gather
 from chapters.ch04_implicit_gemm import kernels as k
 from workbook import assert_close, cuda
+from workbook.inputs import sm_count
 
-# (name, x NCHW, w KCRS, stride, padding, dilation): odd sizes, C and K not multiples of the tile,
-# 1x1, 3x3, 5x5, 7x7 stride 2, padding > 0 and larger than the filter's reach, dilation 2, batch 1.
-CONV_CASES = [
-    ("1 pixel", (1, 1, 1, 1), (1, 1, 1, 1), 1, 0, 1),
-    ("1x1", (2, 5, 6, 7), (3, 5, 1, 1), 1, 0, 1),
-    ("3x3 pad 1", (1, 3, 7, 6), (5, 3, 3, 3), 1, 1, 1),
-    ("5x5 pad 2, K=17", (1, 7, 9, 11), (17, 7, 5, 5), 1, 2, 1),
-    ("7x7 stride 2 pad 3", (1, 3, 15, 13), (9, 3, 7, 7), 2, 3, 1),
-    ("4x8: 32 taps, the last one bit 31", (1, 2, 6, 9), (3, 2, 4, 8), 1, (1, 3), 1),
-    ("3x3 dilation 2", (2, 3, 9, 10), (4, 3, 3, 3), 1, 2, 2),
-    ("mixed stride/pad/dilation", (2, 4, 9, 8), (6, 4, 3, 2), (2, 1), (1, 2), (2, 1)),
-    ("pad 3 > filter reach", (1, 2, 3, 3), (3, 2, 3, 3), 1, 3, 1),
-    ("C=K=33", (1, 33, 4, 5), (33, 33, 3, 3), 1, 1, 1),
-    ("filter = padded input", (1, 2, 3, 4), (3, 2, 5, 6), 1, 1, 1),
+# The chapter's awkward cases (name, x NCHW, w KCRS, stride, padding, dilation), and a large odd one.
+CONV_CASES = k.AWKWARD_CASES + [
     ("large odd", workbook.size(gpu=(5, 67, 57, 55), sim=(2, 2, 31, 33)),
      workbook.size(gpu=(131, 67, 3, 3), sim=(5, 2, 3, 3)), 1, 1, 1),
 ]
@@ -99,14 +89,14 @@ def test_implicit_table_in_global_or_exactly_sized_shared_memory(monkeypatch, ca
     # of one TABLE_ALIGN, the shared copy is exactly as long as the table (a read past its end
     # raises in the simulator).
     if where == "global memory":
-        monkeypatch.setattr(k, "SHARED_TABLE_WORDS", 0)
+        monkeypatch.setattr(gather, "SHARED_TABLE_WORDS", 0)
     else:
-        monkeypatch.setattr(k, "SHARED_TABLE_STEP", k.TABLE_ALIGN)
+        monkeypatch.setattr(gather, "SHARED_TABLE_STEP", k.TABLE_ALIGN)
     _, xs, ws, stride, padding, dilation = case
     x, w = data(xs, 1), data(ws, 2)
     out, g = run_conv(k.conv2d_implicit, x, w, stride, padding, dilation)
     words = k.tap_table(g).size
-    assert k.shared_table_words(words) == (0 if where == "global memory" else words)
+    assert gather.shared_table_words(words) == (0 if where == "global memory" else words)
     rtol, atol = k.tolerance(g.gemm_depth)
     assert_close(out, k.conv2d_reference(x, w, stride, padding, dilation), rtol=rtol, atol=atol)
 
@@ -147,7 +137,7 @@ def test_gemm_split_k(shape, splits):
 
 def test_split_count_fills_waves():
     tile = k.Tile(128, 128, 8, 8, 8, min_blocks=2)
-    places = k.sm_count() * 2
+    places = sm_count() * 2
     # A GEMM with exactly one wave of tiles is not split; one with a third of a wave is shared out
     # (stream-K); one too shallow to share is not.
     assert k.split_count(tile, 128, 128 * places, 4096) == 1
@@ -157,7 +147,7 @@ def test_split_count_fills_waves():
 
 def test_grid_blocks():
     tile = k.Tile(128, 128, 8, 8, 8, min_blocks=2)
-    places = k.sm_count() * 2
+    places = sm_count() * 2
     assert k.grid_blocks(tile, 200, 300, 64, 3) == 2 * 3 * 3  # split-K: 3 blocks per tile
     assert k.grid_blocks(tile, 128, 128 * 4 * places, 4096, "stream") == places  # one per place
     assert k.grid_blocks(tile, 128, 128, 8 * 40, "stream") == 3  # >= 16 depth steps per block
@@ -177,7 +167,7 @@ def test_wide_tile_outputs(conv, x_shape, splits):
     out, g = run_conv(conv, x, w, 1, 1, 1, tile=WIDE_TILE, splits=splits)
     rtol, atol = k.tolerance(g.gemm_depth)
     assert_close(out, k.conv2d_reference(x, w, 1, 1, 1), rtol=rtol, atol=atol)
-    assert k._quad_outputs(k.TILES[WIDE_TILE], cuda.device_array(g.out_shape, np.float32), g.P * g.Q) == (
+    assert k.quad_outputs_fit(k.TILES[WIDE_TILE], cuda.device_array(g.out_shape, np.float32), g.P * g.Q) == (
         g.P * g.Q % 4 == 0)
 
 
@@ -221,7 +211,7 @@ def test_gemm_every_tile(tile):
     assert_close(c, k.gemm_reference(a, b), rtol=1e-4, atol=1e-4)
 
 
-WIDE_TILES = [name for name, tile in k.TILES.items() if k._tile_takes_quads(tile)]
+WIDE_TILES = [name for name, tile in k.TILES.items() if k.tile_takes_quads(tile)]
 
 
 @pytest.mark.parametrize("tile", WIDE_TILES)
@@ -230,7 +220,7 @@ def test_wide_tiles_load_16_bytes_at_the_edges(tile, shape):
     # Rows of whole quads: the tile loaders take load4, with partial tiles at every edge
     m, depth, n = shape
     a, b = data((m, depth), 3), data((depth, n), 4)
-    assert k._quads(k.TILES[tile], cuda.to_device(a), cuda.to_device(b))
+    assert k.quads_fit(k.TILES[tile], cuda.to_device(a), cuda.to_device(b))
     c = k.gemm(cuda.to_device(a), cuda.to_device(b), cuda.device_array((m, n), np.float32), tile=tile)
     assert_close(c, k.gemm_reference(a, b), rtol=1e-4, atol=1e-4)
 
@@ -241,7 +231,7 @@ def test_wide_tiles_take_4_byte_loads_on_a_misaligned_view(tile):
     a, b = data((9, 8), 3), data((8, 12), 4)
     flat = cuda.to_device(np.concatenate([[0], a.reshape(-1)]).astype(np.float32))
     a_view = flat[1:].reshape(9, 8)
-    assert not k._quads(k.TILES[tile], a_view, cuda.to_device(b))
+    assert not k.quads_fit(k.TILES[tile], a_view, cuda.to_device(b))
     c = k.gemm(a_view, cuda.to_device(b), cuda.device_array((9, 12), np.float32), tile=tile)
     assert_close(c, k.gemm_reference(a, b), rtol=1e-4, atol=1e-4)
 
@@ -345,6 +335,19 @@ def test_gemm_bad_input_is_a_clear_error():
     with pytest.raises(TypeError, match="dtype"):
         k.gemm(a, b, cuda.device_array((4, 6), np.float64))
     with pytest.raises(ValueError, match="whole rows"):
-        k.make_kernels(k.Tile(16, 16, 4, 3, 2))
+        k.make_gemm_kernel(k.Tile(16, 16, 4, 3, 2))
     with pytest.raises(ValueError, match="needs a wide tile"):
-        k.make_kernels(k.Tile(16, 32, 4, 2, 4, prefetch=True))
+        k.make_implicit_kernel(k.Tile(16, 32, 4, 2, 4, prefetch=True))
+
+
+def test_resident_blocks_follow_the_sms_shared_memory(monkeypatch):
+    # The stream-K grid is one block per place an SM holds: on a T4 (64 KB of shared memory per SM)
+    # the 8x16/thread BK=16 tile (33 KB of tiles, up to 12 KB of table) fits once, not twice.
+    from chapters.ch04_implicit_gemm import schedule
+
+    tile = k.GPU_TILES["128x128 wide, 8x16/thread, BK=16"]
+    monkeypatch.setattr(schedule, "ON_GPU", True)
+    for shared_per_sm, blocks in ((64 * 1024, 1), (228 * 1024, tile.min_blocks)):
+        device = type("Device", (), {"MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": shared_per_sm})
+        monkeypatch.setattr(schedule.cuda, "get_current_device", lambda device=device: device)
+        assert schedule.resident_blocks.__wrapped__(tile) == blocks

@@ -236,3 +236,26 @@ def test_comparison_tables_fit_100_columns_and_take_rows_of_any_kind():
         assert max(len(line) for line in text.splitlines()) <= tables.WIDTH
         assert table_rows[0]["variant"].split()[0] in text
     assert "TFLOP/s" not in text.splitlines()[2]  # a rate column no row has is left out
+
+
+@pytest.mark.parametrize("differing", [3, 900])
+def test_assert_close_tests_only_unequal_elements_and_still_finds_every_one(differing):
+    # The check tests the unequal elements only when few differ, all of them in place when most do:
+    # the same verdict either way, naming every bad element (exact: -0 is not +0, NaN is NaN).
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(1000, dtype=np.float32)
+    ref[:4] = (np.nan, np.inf, -np.inf, -0.0)
+    out = ref.copy()
+    out[3] = 0.0
+    assert_close(out, ref)  # within tolerance: +0 vs -0
+    with pytest.raises(CheckError, match="1 of 1000 elements differ \\(exact"):
+        assert_close(out, ref, exact=True)
+    wrong = np.arange(1000 - differing, 1000)
+    out[wrong] += 1.0
+    with pytest.raises(CheckError, match=f"{differing} of 1000 elements differ \\(rtol"):
+        assert_close(out, ref)
+    with pytest.raises(CheckError, match=f"{differing + 1} of 1000 elements differ \\(exact"):
+        assert_close(out, ref, exact=True)
+    out[wrong] -= 1.0
+    out[wrong] = np.nextafter(out[wrong], np.float32(np.inf))  # one ulp: close, not exact
+    assert_close(out, ref)

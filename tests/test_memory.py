@@ -305,11 +305,11 @@ def test_ptx_of_chapter_04s_wide_gemm():
 
     tile = k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=True, prefetch=True)
     a = np.zeros((8, 8), np.float32)
-    gemm_kernel, _ = k.make_kernels(tile, True)
+    gemm_kernel = k.make_gemm_kernel(tile, quads=True)
     ptx = workbook.show_ptx(gemm_kernel, a, a, 8, np.zeros((1, 8, 8), np.float32), grep=r"\.v4")
     assert "ld.shared.v4.f32" in ptx and "ld.global.v4.f32" in ptx and "st.shared.v4.f32" in ptx
     assert not re.search(r"ld\.shared\.f32", ptx)  # no 4-byte fragment loads left
     # Its outputs 16 bytes at a time: stored whole, or added with one vector atomic when shared.
-    gemm_kernel, _ = k.make_kernels(tile, True, True)
+    gemm_kernel = k.make_gemm_kernel(tile, quads=True, quad_outputs=True)
     ptx = workbook.show_ptx(gemm_kernel, a, a, 8, np.zeros((1, 8, 8), np.float32), grep=r"\.v4")
     assert "st.global.v4.f32" in ptx and "red.global.add.v4.f32" in ptx

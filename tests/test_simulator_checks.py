@@ -94,3 +94,28 @@ def test_compile_errors_quote_the_kernels_own_line(tmp_path):
     source.write_text("def kernel(x):\n    x[0] = [v for v in x]\n")
     message = f'TypingError: bad\nFile "{source}", line 2:\n<source missing, REPL/exec in use?>\n'
     assert with_source_lines(message) == f'TypingError: bad\nFile "{source}", line 2:\n    x[0] = [v for v in x]\n'
+
+
+@cuda.jit
+def vote_inside_the_bounds_test(x, words):
+    i = cuda.grid(1)
+    if i < x.size:  # lanes past the end skip the vote and exit: the ch01.1 answer its spec rules out
+        bits = cuda.ballot_sync(0xFFFFFFFF, x[i] > 0)
+        if cuda.laneid == 0:
+            words[i // 32] = bits
+
+
+@sim_only
+def test_a_lane_that_exits_without_making_a_full_mask_call_is_named_in_strict_mode():
+    from workbook.exercises import strict_simulator
+    from workbook.simulator import StrictModeError
+
+    x = np.ones(40, np.float32)  # warp 1: lanes 0..7 vote, lanes 8..31 exit without voting
+    with strict_simulator(), pytest.raises(StrictModeError, match=r"lane\(s\) 8, 9, 10, 11, 12, 13, 14, 15 \.\.\. "
+                                                                r"of warp 1 .* exited without calling ballot_sync"):
+        vote_inside_the_bounds_test[1, 64](x, np.zeros(2, np.uint32))
+    words = np.zeros(2, np.uint32)
+    vote_inside_the_bounds_test[1, 64](x, words)  # outside strict mode: as a GPU, without them
+    assert list(words) == [0xFFFFFFFF, 0xFF]
+    with strict_simulator():  # every lane of the mask votes: fine
+        vote_inside_the_bounds_test[1, 64](np.ones(64, np.float32), words)

@@ -271,10 +271,11 @@ def notebooks(args):
         notebook_path = script.with_suffix(".ipynb")
         notebook = jupytext.read(script)
         text = jupytext.writes(notebook, fmt="ipynb")
+        current = notebook_path.exists() and _cells(notebook_path.read_text()) == _cells(text)
         if args.check:
-            if not notebook_path.exists() or _cells(notebook_path.read_text()) != _cells(text):
+            if not current:
                 stale.append(str(notebook_path.relative_to(results.ROOT)))
-        else:
+        elif not current:  # unchanged notebooks keep their cell ids: no noise in git
             notebook_path.write_text(text)
             print(f"wrote {notebook_path.relative_to(results.ROOT)}")
     if stale:

@@ -268,7 +268,7 @@ def _message(error):
     if isinstance(error, NotImplementedError):
         return f"NotImplementedError: {error}"
     if name == "StrictModeError":
-        return f"undefined on a GPU (it would read garbage there):\n{error}"
+        return f"not what a GPU guarantees (strict simulator):\n{error}"
     if name == "WarpDeadlockError":
         return f"warp deadlock (on a GPU this launch would hang):\n{error}"
     if name == "GPUCompileError":

@@ -125,8 +125,8 @@ workbook.show_ptx(k.copy_quads_kernel, _words, _words, grep=r"(ld|st)\.global")
 # %%
 odd_sizes = [1, 31, 33, 1000, 4097, workbook.size(gpu=(1 << 24) + 3, sim=3001)]
 for n in odd_sizes:
-    src = rng.standard_normal(n).astype(np.float32)
-    y = rng.standard_normal(n).astype(np.float32)
+    src = rng.standard_normal(n, dtype=np.float32)
+    y = rng.standard_normal(n, dtype=np.float32)
     d_src, d_y = cuda.to_device(src), cuda.to_device(y)
     for copy in (k.copy_one_per_thread, k.copy_grid_stride, k.copy_grid_stride_wide, k.copy_quads):
         out = copy(d_src, cuda.device_array_like(d_src))
@@ -146,7 +146,7 @@ print("all kernels agree with NumPy at sizes", odd_sizes)
 
 # %%
 n = workbook.size(gpu=1 << 26, sim=4096)
-src = cuda.to_device(rng.standard_normal(n).astype(np.float32))
+src = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
 dst = cuda.device_array_like(src)
 torch_src, torch_dst = workbook.bench.torch_view(src), workbook.bench.torch_view(dst)
 
@@ -175,7 +175,7 @@ chapter.bar("optimized copy vs torch copy_ (same run), n=2^26",
 
 # %%
 x = src
-y = cuda.to_device(rng.standard_normal(n).astype(np.float32))
+y = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
 out = cuda.device_array_like(x)
 torch_x, torch_y, torch_out = (workbook.bench.torch_view(a) for a in (x, y, out))
 
@@ -240,7 +240,7 @@ sweep_results = {}
 series = {"one per thread": [], "grid-stride x4": [], "grid-stride x4, 8-byte words": [],
           "16-byte quads, a quad per thread": [], "torch copy_": []}
 for size in sweep_sizes:
-    s_src = cuda.to_device(rng.standard_normal(size).astype(np.float32))
+    s_src = cuda.to_device(rng.standard_normal(size, dtype=np.float32))
     s_dst = cuda.device_array_like(s_src)
     t_src, t_dst = workbook.bench.torch_view(s_src), workbook.bench.torch_view(s_dst)
     result = chapter.compare(

@@ -16,7 +16,7 @@ SIZES = [1, 31, 33, 1000, workbook.size(gpu=(1 << 22) + 7, sim=3001)]
 
 
 def _random(n, seed=0):
-    return np.random.default_rng(seed + n).standard_normal(n).astype(np.float32)
+    return np.random.default_rng(seed + n).standard_normal(n, dtype=np.float32)
 
 
 def check_grid_stride(m):
@@ -50,7 +50,7 @@ MATRIX_SHAPES = [(1, 1), (1, 33), (31, 1), (33, 31), workbook.size(gpu=(2049, 30
 
 def check_copy_matrix(m):
     for shape in MATRIX_SHAPES:
-        src = np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)
+        src = np.random.default_rng(shape[0]).standard_normal(shape, dtype=np.float32)
         out = m.copy_matrix(cuda.to_device(src), poisoned(shape, np.float32))
         workbook.assert_close(out, src, exact=True, name=f"copy_matrix {shape}")
 

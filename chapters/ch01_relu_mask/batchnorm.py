@@ -417,7 +417,7 @@ def batchnorm_inputs(rng, shape, *, with_identity=True, margin=1e-3):
     """
     n, c = shape[:2]
     x = (rng.standard_normal(shape) * 2 + 0.5).astype(np.float32)
-    identity = rng.standard_normal(shape).astype(np.float32) if with_identity else None
+    identity = rng.standard_normal(shape, dtype=np.float32) if with_identity else None
     gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
     beta = (0.5 * rng.standard_normal(c)).astype(np.float32)
     for _ in range(5):

@@ -172,29 +172,20 @@ workbook.show_ptx(k.relu_mask_quads_kernel, _x, _x, np.zeros(8, np.uint32), grep
 # ## Check first: awkward sizes and special values
 #
 # Sizes 1, 31, 32, 33, 1000, a size that is not a multiple of a trip, and a large odd size; the
-# inputs include zeros, negative zeros, NaN and ±inf, and `dy` has infinities where the mask is 0.
+# inputs (`special_inputs`, which the tests and the exercise checks use too) include zeros,
+# negative zeros, NaN and ±inf, and `dy` has infinities where the mask is 0.
 
 # %%
-def special_inputs(n):
-    x = rng.standard_normal(n).astype(np.float32)
-    x[rng.random(n) < 0.1] = 0.0
-    x[rng.random(n) < 0.1] = -0.0
-    specials = np.array([np.nan, np.inf, -np.inf, -np.nan], dtype=np.float32)
-    picks = rng.random(n) < 0.05
-    x[picks] = rng.choice(specials, picks.sum())
-    return x
-
-
 odd_sizes = [1, 31, 32, 33, 1000, 2049, workbook.size(gpu=(1 << 24) + 3, sim=3001)]
 for n in odd_sizes:
-    x_host = special_inputs(n)
+    x_host = k.special_inputs(n)
     y_ref, mask_ref = k.relu_mask_reference(x_host)
     x_dev = cuda.to_device(x_host)
     for forward in (k.relu_mask_sequential, k.relu_mask_ballot, k.relu_mask_wide, k.relu_mask_quads):
         y_dev, mask_dev = forward(x_dev, cuda.device_array(n, np.float32), cuda.device_array(k.mask_words(n), np.uint32))
         workbook.assert_close(y_dev, y_ref, exact=True, name=f"{forward.__name__} y, n={n}")
         workbook.assert_bitmask(mask_dev, x_host > 0, name=f"{forward.__name__} mask, n={n}")
-    dy_host = rng.standard_normal(n).astype(np.float32)
+    dy_host = rng.standard_normal(n, dtype=np.float32)
     dy_host[~(x_host > 0)] = np.inf  # a select gives 0 there; a multiply would give NaN
     dx_ref = k.relu_backward_reference(dy_host, x_host > 0)
     dy_dev = cuda.to_device(dy_host)
@@ -213,7 +204,7 @@ print("ReLU kernels agree with NumPy at sizes", odd_sizes)
 
 # %%
 n = workbook.size(gpu=1 << 28, sim=4096)
-x = cuda.to_device(rng.standard_normal(n).astype(np.float32))
+x = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
 y = cuda.device_array(n, np.float32)
 mask = cuda.device_array(k.mask_words(n), np.uint32)
 torch_x = workbook.bench.torch_view(x)
@@ -254,7 +245,7 @@ chapter.bar("relu+mask forward, 16-byte quads, time / torch.relu time, n=2^28",
 # `threshold_backward(dy, y, 0)` is what autograd runs for `relu`: 12 bytes per element.
 
 # %%
-dy = cuda.to_device(rng.standard_normal(n).astype(np.float32))
+dy = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
 dx = cuda.device_array(n, np.float32)
 k.relu_mask_ballot(x, y, mask)
 torch_dy, torch_y = workbook.bench.torch_view(dy), workbook.bench.torch_view(y)
@@ -330,7 +321,7 @@ workbook.show(bn.bn_backward_dx_kernel)
 def bn_case(shape, with_identity):
     """Device buffers and the float64 reference for one BatchNorm + (Add) + ReLU step."""
     x, identity, gamma, beta, running_mean, running_var = bn.batchnorm_inputs(rng, shape, with_identity=with_identity)
-    dy = rng.standard_normal(shape).astype(np.float32)
+    dy = rng.standard_normal(shape, dtype=np.float32)
     y_ref, mask_ref, saved_ref, mean_ref, var_ref = bn.batchnorm_forward_reference(
         x, gamma, beta, running_mean, running_var, identity=identity)
     positive = y_ref > 0

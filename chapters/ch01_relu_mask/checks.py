@@ -13,19 +13,9 @@ from . import kernels as k
 SIZES = [1, 31, 32, 33, 1000, workbook.size(gpu=(1 << 22) + 7, sim=3001)]
 
 
-def special_inputs(n, seed=0):
-    """Normal values with zeros, negative zeros, NaN (both signs) and +-inf mixed in."""
-    rng = np.random.default_rng(seed + n)
-    x = rng.standard_normal(n).astype(np.float32)
-    x[rng.random(n) < 0.1] = 0.0
-    x[rng.random(n) < 0.1] = -0.0
-    x[: min(n, 4)] = np.array([np.nan, -np.nan, np.inf, -np.inf], dtype=np.float32)[: min(n, 4)]
-    return x
-
-
 def _check_forward(forward, name):
     for n in SIZES:
-        x = special_inputs(n)
+        x = k.special_inputs(n)
         y, mask = forward(cuda.to_device(x), poisoned(n, np.float32), poisoned(k.mask_words(n), np.uint32))
         workbook.assert_close(y, k.relu_reference(x), exact=True, name=f"{name} y, n={n}")
         workbook.assert_bitmask(mask, x > 0, name=f"{name} mask, n={n}")
@@ -37,15 +27,15 @@ def check_relu_mask(m):
 
 def check_unpack(m):
     for n in SIZES:
-        bits = special_inputs(n, seed=1) > 0
+        bits = k.special_inputs(n, seed=1) > 0
         out = m.unpack_mask(cuda.to_device(workbook.pack_bitmask(bits)), poisoned(n, np.uint8))
         workbook.assert_close(out, bits.astype(np.uint8), name=f"unpack_mask n={n}")
 
 
 def check_backward(m):
     for n in SIZES:
-        x = special_inputs(n, seed=2)
-        dy = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+        x = k.special_inputs(n, seed=2)
+        dy = np.random.default_rng(n).standard_normal(n, dtype=np.float32)
         dy[~(x > 0)] = np.inf  # masked infinities: what an overflowing loss scale sends back
         dy[(x > 0) & (np.arange(n) % 7 == 0)] = np.nan  # a NaN gradient where the bit is set passes through
         out = m.relu_backward(cuda.to_device(dy), cuda.to_device(workbook.pack_bitmask(x > 0)),
@@ -59,7 +49,7 @@ def check_relu_mask_fast(m):
 
 def speed_relu_mask_fast(m):
     n = 1 << 26  # 256 MiB of x: five times the L2
-    x = cuda.to_device(np.random.default_rng(0).standard_normal(n).astype(np.float32))
+    x = cuda.to_device(np.random.default_rng(0).standard_normal(n, dtype=np.float32))
     y, mask = cuda.device_array(n, np.float32), cuda.device_array(k.mask_words(n), np.uint32)
     ratio = speed_ratio(lambda: m.relu_mask_fast(x, y, mask), lambda: k.relu_mask_ballot(x, y, mask))
     return ratio, f"relu_mask_fast vs chapter 01's relu_mask_ballot, n=2^26"

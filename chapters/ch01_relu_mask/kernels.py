@@ -69,6 +69,20 @@ def mask_words(n):
     return -(-n // 32)
 
 
+def special_inputs(n, seed=0):
+    """n float32 inputs for the checks: normal values with zeros, negative zeros, NaN (both signs)
+    and +-inf mixed in; the first four are always NaN, -NaN, inf, -inf (where n allows)."""
+    rng = np.random.default_rng(seed + n)
+    x = rng.standard_normal(n, dtype=np.float32)
+    x[rng.random(n) < 0.1] = 0.0
+    x[rng.random(n) < 0.1] = -0.0
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf], dtype=np.float32)
+    picks = rng.random(n) < 0.05
+    x[picks] = rng.choice(specials, int(picks.sum()))
+    x[: min(n, 4)] = specials[: min(n, 4)]
+    return x
+
+
 # ---------------------------------------------------------------------------------------------
 # Device functions shared by the kernels
 

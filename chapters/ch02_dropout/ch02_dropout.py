@@ -85,7 +85,7 @@ workbook.show(philox.philox4x32)
 
 # %%
 n_demo = 40
-x_demo = rng.standard_normal(n_demo).astype(np.float32)
+x_demo = rng.standard_normal(n_demo, dtype=np.float32)
 keep_demo = k.keep_reference(n_demo, 0.5, seed=2024, offset=0)
 print("keep:", "".join("1" if b else "." for b in keep_demo))
 print("mask words:", [hex(w) for w in workbook.pack_bitmask(keep_demo)])
@@ -173,7 +173,7 @@ for p in (0.0, 0.1, 0.5, 0.9, 1.0):
 # %%
 n = workbook.size(gpu=1 << 28, sim=2048)
 p, seed, OFFSET = 0.1, 2026, 5
-x = cuda.to_device(rng.standard_normal(n).astype(np.float32))
+x = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
 y = cuda.device_array_like(x)
 mask = cuda.device_array(-(-n // 32), dtype=np.uint32)
 byte_mask = cuda.device_array(n, dtype=np.uint8)
@@ -231,7 +231,7 @@ chapter.bar("mask bytes kept by the seed-only variant", 0, at_most=0)
 # bitmask about 9 / 8.125 = 1.11× over torch's backward; the bar is 1.05×.
 
 # %%
-dy = cuda.to_device(rng.standard_normal(n).astype(np.float32))
+dy = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
 dx = cuda.device_array_like(dy)
 k.dropout_bitmask(x, p, seed, OFFSET, y, mask)
 k.dropout_naive(x, p, seed, y, byte_mask)
@@ -311,7 +311,7 @@ grid_backward = chapter.compare(
 # 4.125 bytes per element for the bitmask forward, 5 for torch's.
 
 # %%
-x16 = cuda.to_device(rng.standard_normal(n).astype(np.float16))
+x16 = cuda.to_device(rng.standard_normal(n, dtype=np.float32).astype(np.float16))
 y16 = cuda.device_array_like(x16)
 torch_x16 = workbook.bench.torch_view(x16)
 x16_sample = x16.copy_to_host()[sample]
@@ -346,7 +346,7 @@ chapter.compare(
 sweep_sizes = [1 << s for s in (range(16, 29, 2) if workbook.ON_GPU else range(6, 11, 2))]
 series = {"Philox bitmask": [], "Philox seed-only (no mask)": [], "torch native_dropout": []}
 for size in sweep_sizes:
-    s_x = cuda.to_device(rng.standard_normal(size).astype(np.float32))
+    s_x = cuda.to_device(rng.standard_normal(size, dtype=np.float32))
     s_y, s_mask = cuda.device_array_like(s_x), cuda.device_array(-(-size // 32), dtype=np.uint32)
     t_x = workbook.bench.torch_view(s_x)
     result = chapter.compare(

@@ -15,7 +15,7 @@ CASES = [(0.3, 0x0123456789ABCDEF, 0), (0.5, 42, (7 << 32) + 5), (0.0, 1, 2), (1
 
 
 def _gradients(n, keep, seed=0):
-    dy = np.random.default_rng(seed + n).standard_normal(n).astype(np.float32)
+    dy = np.random.default_rng(seed + n).standard_normal(n, dtype=np.float32)
     dy[~keep & (np.arange(n) % 2 == 0)] = np.inf  # dropped infinities must give 0, not NaN
     dy[~keep & (np.arange(n) % 2 == 1)] = np.nan
     return dy

@@ -179,7 +179,7 @@ for dtype in k.GRAD_DTYPES:
     check_case([rng.standard_normal(big_odd).astype(dtype)], 0.5, f"{np.dtype(dtype)} one tensor")
 print("both kernels agree with NumPy at sizes", awkward_sizes, "with Inf, -Inf, NaN anywhere")
 
-tiny = [rng.standard_normal(n).astype(np.float32) for n in rng.integers(0, 9, size=1000)]
+tiny = [rng.standard_normal(n, dtype=np.float32) for n in rng.integers(0, 9, size=1000)]
 tiny[-1][-1:] = np.nan
 assert check_case(tiny, 0.125, "1000 tiny tensors") == 1.0
 print("1000 tiny tensors (0-8 elements): agree, found_inf set by the very last element")
@@ -332,7 +332,7 @@ workbook.show(k.update_scale_kernel)
 # %%
 features, samples = 40, 256
 train_rng = np.random.default_rng(1)  # its own generator: the same run on a GPU and in the simulator
-X = train_rng.standard_normal((samples, features)).astype(np.float32)
+X = train_rng.standard_normal((samples, features), dtype=np.float32)
 true_w = (3 * train_rng.standard_normal(features)).astype(np.float32)
 y = X @ true_w
 pieces = [24, 15, 1]  # the model's parameters, as three separately allocated tensors

@@ -18,7 +18,7 @@ SPECIALS = {"finite": None, "inf": np.inf, "-inf": -np.inf, "NaN": np.nan}
 def _check_unscale(function, name, blocks=None):
     for n in SIZES:
         for special, value in SPECIALS.items():
-            grad = np.random.default_rng(n).standard_normal(n).astype(np.float32) * 1000
+            grad = np.random.default_rng(n).standard_normal(n, dtype=np.float32) * 1000
             if value is not None:
                 grad[(n * 5) // 7] = value  # one bad value, in the middle of some block
             expected, expected_flag = k.unscale_reference([grad], 0.125)

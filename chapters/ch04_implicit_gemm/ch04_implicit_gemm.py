@@ -32,7 +32,7 @@
 # figures from an NVIDIA H100.
 
 # %%
-# Reload an edited kernels.py before each cell runs:
+# Reload the chapter's edited modules before each cell runs:
 # %load_ext autoreload
 # %autoreload 2
 import matplotlib.pyplot as plt
@@ -54,7 +54,7 @@ if torch is not None:  # FP32 baselines: no TF32 tensor cores for cuBLAS or cuDN
 
 
 def device_data(shape, seed):
-    return cuda.to_device(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+    return cuda.to_device(np.random.default_rng(seed).standard_normal(shape, dtype=np.float32))
 
 
 # %% [markdown]
@@ -131,8 +131,8 @@ print("bit:   ", table & ((1 << field) - 1))
 # independent, so it checks the reference on small shapes.
 
 # %%
-x_small = rng.standard_normal((2, 3, 9, 10)).astype(np.float32)
-w_small = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+x_small = rng.standard_normal((2, 3, 9, 10), dtype=np.float32)
+w_small = rng.standard_normal((4, 3, 3, 3), dtype=np.float32)
 np.testing.assert_allclose(k.conv2d_reference(x_small, w_small, stride=2, padding=1, dilation=2),
                            k.conv2d_loops(x_small, w_small, stride=2, padding=1, dilation=2), rtol=1e-5, atol=1e-5)
 print("sliding_window_view + einsum agrees with the seven loops")
@@ -156,25 +156,26 @@ workbook.show(k.im2col_kernel)
 # output: no transpose afterwards.
 
 # %%
-gemm_kernel, implicit_conv_kernel = k.make_kernels(k.DEFAULT_TILE)
-workbook.show(gemm_kernel)
+workbook.show(k.make_gemm_kernel(k.DEFAULT_TILE))
 
 # %% [markdown]
 # ## Optimized: implicit GEMM
 #
-# The same kernel with one change: the loader of the B tile. Each thread decodes its column
-# `(n, p, q)` once (`column_origin`) and marks which filter taps land on the image for it
-# (`on_image`); then for each row it loads, it reads the row's entry from the tap table — the whole
-# warp reads the same row, one broadcast — and loads `x[base + offset]` if the tap's bit is set,
-# else 0. Indices that cannot be negative are cast to unsigned (`U64`): numba then skips the
+# The same kernel with one change: the loader of the B tile, the gather (`gather.py`). Each thread
+# decodes its column `(n, p, q)` once per output tile (`column_taps`) and marks which filter taps
+# land on the image for it (`on_image`); then for each row it loads, it reads the row's entry from
+# the tap table (`load_tap_entries`: the whole warp reads the same row, one broadcast) and loads
+# `x[base + offset]` if the tap's bit is set, else 0 (`gather_b_tile`). Indices that cannot be negative are cast to unsigned (`U64`): numba then skips the
 # negative-index test it adds to every signed index (5 instructions on 64-bit integers). Two
 # placements matter on the GPU (measured at the end of the chapter): each block first copies the
 # table into shared memory (up to 12 KB; a larger one is read from global memory), and the next
 # step's gathers are issued halfway through this step's FMAs, not right after the barrier.
 
 # %%
-workbook.show(k.column_origin)
-workbook.show(implicit_conv_kernel)
+gather = k.make_gather(k.DEFAULT_TILE, tap_field=9)  # the packed table of a 3x3 filter
+workbook.show(gather.column_taps)
+workbook.show(gather.gather_b_tile)
+workbook.show(k.make_implicit_kernel(k.DEFAULT_TILE, tap_field=9))
 
 # %% [markdown]
 # ## Optimized, step 2: 16-byte fragments (the "wide" tiles)
@@ -187,7 +188,7 @@ workbook.show(implicit_conv_kernel)
 # 4·ty..4·ty+3 and 4·ty+64..4·ty+67), so its 8 A values of row kk are two quads, and its 8 B values
 # two more: **4 shared loads per 64 FMAs instead of 16**. What rides along:
 # - the tiles come from global memory 16 bytes at a time too (`load_b_tile`, `load4`) when every
-#   row of A and B is a whole number of 16-byte-aligned quads (`_quads`); else the 4-byte loader;
+#   row of A and B is a whole number of 16-byte-aligned quads (`quads_fit`); else the 4-byte loader;
 # - the A tile's row pitch stays a multiple of 4 words, so every row of A_s is 16-byte aligned;
 # - **prefetch**: row kk+1's fragments are loaded into a second set of registers before row kk's
 #   FMAs, so the FMAs never wait for shared memory. The loop is unrolled by two by hand: NVVM
@@ -200,17 +201,18 @@ workbook.show(implicit_conv_kernel)
 # tile through the same code.
 
 # %%
-wide_gemm, _ = k.make_kernels(next(t for t in k.TILES.values() if t.wide))
-workbook.show(wide_gemm.parts["output_row"])
-workbook.show(wide_gemm.parts["load_fragments"])
-workbook.show(wide_gemm.parts["multiply_tile"])
+wide_tile = next(t for t in k.TILES.values() if t.wide)
+wide = k.make_tile_math(wide_tile)
+workbook.show(wide.output_row)
+workbook.show(wide.load_fragments)
+workbook.show(wide.multiply_tile)
 
 # %% [markdown]
 # The PTX shows the trade: 16-byte shared loads, 16-byte global loads, and no 4-byte fragment load.
 
 # %%
 _m = np.zeros((8, 8), np.float32)
-workbook.show_ptx(k.make_kernels(k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=True, prefetch=True), True)[0],
+workbook.show_ptx(k.make_gemm_kernel(k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=True, prefetch=True), quads=True),
                   _m, _m, 8, np.zeros((1, 8, 8), np.float32), grep=r"ld\.shared|ld\.global\.v4")
 
 # %% [markdown]
@@ -239,31 +241,23 @@ workbook.show_ptx(k.make_kernels(k.Tile(128, 128, 8, 8, 8, min_blocks=2, wide=Tr
 #   has at 128 registers (`resources` below).
 
 # %%
-workbook.show(wide_gemm.parts["block_share"])
-workbook.show(wide_gemm.parts["store_output_quads"])
+workbook.show(k.make_schedule(wide_tile).block_share)
+workbook.show(k.make_epilogue(wide_tile, quad_outputs=True))
 
 # %% [markdown]
 # ## Check first
 #
-# Awkward shapes: a single pixel, 1x1, 3x3, 5x5 with K = 17 (not a multiple of any tile), 7x7 with
-# stride 2, dilation 2, mixed strides, padding larger than the filter reaches, batch 1 and 2, C = K = 33,
-# and a NaN in the input, which must poison exactly the outputs whose window covers it.
+# Awkward shapes (`AWKWARD_CASES`, which the tests and the exercise checks use too): a single pixel,
+# 1x1, 3x3, 5x5 with K = 17 (not a multiple of any tile), 7x7 with stride 2, 32 taps, dilation 2,
+# mixed strides, padding larger than the filter reaches, a filter as large as the padded input,
+# batch 1 and 2, C = K = 33, and a NaN in the input, which must poison exactly the outputs whose
+# window covers it.
 
 # %%
-cases = [
-    ((1, 1, 1, 1), (1, 1, 1, 1), 1, 0, 1),
-    ((2, 5, 6, 7), (3, 5, 1, 1), 1, 0, 1),
-    ((1, 7, 9, 11), (17, 7, 5, 5), 1, 2, 1),
-    ((1, 3, 15, 13), (9, 3, 7, 7), 2, 3, 1),
-    ((2, 3, 9, 10), (4, 3, 3, 3), 1, 2, 2),
-    ((2, 4, 9, 8), (6, 4, 3, 2), (2, 1), (1, 2), (2, 1)),
-    ((1, 2, 3, 3), (3, 2, 3, 3), 1, 3, 1),
-    ((1, 33, 4, 5), (33, 33, 3, 3), 1, 1, 1),
-]
-for x_shape, w_shape, stride, padding, dilation in cases:
-    x_host = rng.standard_normal(x_shape).astype(np.float32)
+for _, x_shape, w_shape, stride, padding, dilation in k.AWKWARD_CASES:
+    x_host = rng.standard_normal(x_shape, dtype=np.float32)
     x_host.reshape(-1)[x_host.size // 2] = np.nan
-    w_host = rng.standard_normal(w_shape).astype(np.float32)
+    w_host = rng.standard_normal(w_shape, dtype=np.float32)
     g = k.conv_geometry(x_shape, w_shape, stride, padding, dilation)
     expected = k.conv2d_reference(x_host, w_host, stride, padding, dilation)
     rtol, atol = k.tolerance(g.gemm_depth)
@@ -271,7 +265,7 @@ for x_shape, w_shape, stride, padding, dilation in cases:
         out = conv(cuda.to_device(x_host), cuda.to_device(w_host), cuda.device_array(g.out_shape, np.float32),
                    stride=stride, padding=padding, dilation=dilation)
         workbook.assert_close(out, expected, rtol=rtol, atol=atol, name=f"{conv.__name__} {x_shape} {w_shape}")
-print(f"explicit and implicit agree with NumPy on {len(cases)} shapes, NaN included")
+print(f"explicit and implicit agree with NumPy on {len(k.AWKWARD_CASES)} shapes, NaN included")
 
 # %% [markdown]
 # ## The memory each needs
@@ -319,7 +313,8 @@ chapter.bar(f"GEMM 4096^3 FP32, best tile ({best_gemm}) vs cuBLAS FP32 (fraction
 #
 # End to end: the explicit path is im2col + GEMM (workspace allocated once, beforehand, as a
 # framework would), the implicit one the single kernel. Both use the same tile, the fastest for
-# the implicit kernel on that layer (`fastest_tile`), and the same sharing of the work:
+# the implicit kernel on that layer (`fastest_tile`, among the four wide tiles that won some layer
+# when all twelve were tried: `SEARCH_TILES`), and the same sharing of the work:
 # `split_count` keeps one block per tile where the tiles fill the machine's waves, and takes
 # stream-K where they do not (the 28x28 and 14x14 layers). Where another tile makes the explicit
 # path faster, it runs with that one too, and the bar counts the faster of its two times: the

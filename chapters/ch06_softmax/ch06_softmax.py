@@ -31,7 +31,7 @@
 # mean nothing, so each comparison is followed by the stored figures from an NVIDIA H100.
 
 # %%
-# Reload an edited kernels.py before each cell runs:
+# Reload the chapter's edited modules before each cell runs:
 # %load_ext autoreload
 # %autoreload 2
 import numpy as np
@@ -47,7 +47,7 @@ rng = np.random.default_rng(0)
 
 
 def logits_like(rows, ncols, dtype=np.float32, scale=4.0):
-    return (rng.standard_normal((rows, ncols)) * scale).astype(dtype)
+    return (rng.standard_normal((rows, ncols), dtype=np.float32) * np.float32(scale)).astype(dtype)
 
 
 # %% [markdown]
@@ -86,7 +86,7 @@ print("loss of target 2 (row 1):   ", k.cross_entropy_reference(x_small, np.arra
 #    the block silently loses every loss past the block. Here each thread first sums a
 #    block-strided slice (`range(tid, n, TREE_THREADS)`), then the tree reduces 256 partials.
 #
-# Even fixed, the naive kernel is slow for a reason the diagram in `kernels.py` shows: at step
+# Even fixed, the naive kernel is slow for a reason the diagram in `naive.py` shows: at step
 # *c*, lane *i* of a warp reads `x[i, c]` — 32 addresses one row apart, 32 memory sectors per load.
 
 # %%
@@ -110,7 +110,7 @@ workbook.show(k.batch_mean_kernel)
 
 # %%
 workbook.show(k.warp_softmax_kernel(2))
-workbook.show(k._warp_max)
+workbook.show(k.warp_max)
 
 # %% [markdown]
 # In the PTX (`workbook.show_ptx`: numba's real compiler, on a laptop too with the `compile` extra)
@@ -136,7 +136,7 @@ workbook.show_ptx(k.warp_softmax_kernel(2, full=True), _rows, _rows, grep=r"shfl
 
 # %%
 workbook.show(k.row_kernels(k.ROW_THREADS).cross_entropy)
-workbook.show(k._merge)
+workbook.show(k.merge)
 
 # %% [markdown]
 # ## Optimized again: 16 bytes per access

@@ -6,9 +6,21 @@ import numpy as np
 
 import workbook
 from workbook import cuda
+from workbook.check import Launch
 from workbook.exercises import Exercise, poisoned
 
 from . import kernels as k
+
+
+def warp_per_row(m):
+    """Which block and thread wrote an element, as the exercises launch (exercises.py): a warp per
+    row, m.ROWS_PER_BLOCK rows a block, lane c % 32 on column c; lane 31 writes a row's sum."""
+    rows = m.ROWS_PER_BLOCK
+    return Launch.mapped(lambda at: (at[0] // rows, 32 * (at[0] % rows) + (at[1] % 32 if len(at) > 1 else 31)))
+
+
+THREAD_PER_ROW = Launch.mapped(lambda at: divmod(at[0], 64))  # softmax_rows: a thread per row, 64 a block
+
 
 SHAPES = [(1, 1), (1, 31), (3, 33), (5, 100), (9, 1), workbook.size(gpu=(1001, 1025), sim=(7, 67))]
 
@@ -16,7 +28,7 @@ SHAPES = [(1, 1), (1, 31), (3, 33), (5, 100), (9, 1), workbook.size(gpu=(1001, 1
 def logits(shape, seed=0):
     """Normal logits; every third row shifted by 1e4 (exp would overflow unshifted); -inf entries."""
     rng = np.random.default_rng(seed + shape[0] * 131 + shape[1])
-    x = rng.standard_normal(shape).astype(np.float32) * 3
+    x = rng.standard_normal(shape, dtype=np.float32) * 3
     x[::3] += np.float32(1e4)
     if shape[1] > 1:
         x[:, 1::7] = -np.inf  # never a whole row: column 0 stays finite
@@ -25,24 +37,26 @@ def logits(shape, seed=0):
 
 def check_row_sums(m):
     for shape in SHAPES:
-        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+        x = np.random.default_rng(shape[1]).standard_normal(shape, dtype=np.float32)
         out = m.row_sums(cuda.to_device(x), poisoned(shape[0], np.float32))
         workbook.assert_close(out, x.astype(np.float64).sum(axis=1).astype(np.float32), rtol=1e-5, atol=1e-5,
-                              name=f"row_sums {shape}")
+                              name=f"row_sums {shape}", launch=warp_per_row(m))
 
 
 def check_softmax(m):
     for shape in SHAPES:
         x = logits(shape)
         out = m.softmax_rows(cuda.to_device(x), poisoned(shape, np.float32))
-        workbook.assert_close(out, k.softmax_reference(x), rtol=1e-5, atol=1e-7, name=f"softmax_rows {shape}")
+        workbook.assert_close(out, k.softmax_reference(x), rtol=1e-5, atol=1e-7, name=f"softmax_rows {shape}",
+                              launch=THREAD_PER_ROW)
 
 
 def check_subtract_max(m):
     for shape in SHAPES:
         x = logits(shape, seed=1)
         out = m.subtract_row_max(cuda.to_device(x), poisoned(shape, np.float32))
-        workbook.assert_close(out, x - x.max(axis=1, keepdims=True), exact=True, name=f"subtract_row_max {shape}")
+        workbook.assert_close(out, x - x.max(axis=1, keepdims=True), exact=True, name=f"subtract_row_max {shape}",
+                              launch=warp_per_row(m))
 
 
 def check_log_softmax(m):
@@ -50,7 +64,7 @@ def check_log_softmax(m):
         x = logits(shape, seed=2)
         out = m.log_softmax(cuda.to_device(x), poisoned(shape, np.float32))
         expected = k.log_softmax_reference(x).astype(np.float32)
-        workbook.assert_close(out, expected, rtol=1e-5, atol=1e-4, name=f"log_softmax {shape}")
+        workbook.assert_close(out, expected, rtol=1e-5, atol=1e-4, name=f"log_softmax {shape}", launch=warp_per_row(m))
 
 
 EXERCISES = [

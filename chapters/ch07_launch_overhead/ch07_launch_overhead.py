@@ -82,7 +82,7 @@ empty = chapter.compare("empty launches", empty_variants, baselines=baselines, s
 
 # %%
 n_small = 4096
-x_small = cuda.to_device(rng.standard_normal(n_small).astype(np.float32))
+x_small = cuda.to_device(rng.standard_normal(n_small, dtype=np.float32))
 y_small = cuda.device_array_like(x_small)
 mask_small = cuda.device_array(relu.mask_words(n_small), np.uint32)
 relu.relu_mask_quads(x_small, y_small, mask_small)  # compile outside the profile
@@ -111,7 +111,7 @@ workbook.show(L.PreparedLaunch)
 
 # %%
 n_scale = 1 << 12
-x_scale = cuda.to_device(rng.standard_normal(n_scale).astype(np.float32))
+x_scale = cuda.to_device(rng.standard_normal(n_scale, dtype=np.float32))
 out_scale = cuda.device_array_like(x_scale)
 threads = 256
 blocks = -(-n_scale // threads)
@@ -167,7 +167,7 @@ from chapters.ch02_dropout import kernels as dropout  # noqa: E402
 from chapters.ch06_softmax import kernels as softmax  # noqa: E402
 
 n_apply = workbook.size(gpu=1 << 16, sim=300)
-xa = cuda.to_device(rng.standard_normal(n_apply).astype(np.float32))
+xa = cuda.to_device(rng.standard_normal(n_apply, dtype=np.float32))
 ya, maska = cuda.device_array_like(xa), cuda.device_array(relu.mask_words(n_apply), np.uint32)
 ta = bench.torch_view(xa)
 applied = {}
@@ -191,7 +191,7 @@ applied["ch02 dropout"] = chapter.compare(
     size=f"n={n_apply}")
 
 rows_apply = workbook.size(gpu=64, sim=4)
-xs = cuda.to_device(rng.standard_normal((rows_apply, 1024)).astype(np.float32))
+xs = cuda.to_device(rng.standard_normal((rows_apply, 1024), dtype=np.float32))
 outs = cuda.device_array_like(xs)
 ts = bench.torch_view(xs)
 applied["ch06 softmax"] = chapter.compare(
@@ -237,14 +237,14 @@ def exact(out, ref, name):
 
 
 def relu_at(size):
-    x = cuda.to_device(rng.standard_normal(size).astype(np.float32))
+    x = cuda.to_device(rng.standard_normal(size, dtype=np.float32))
     y, mask = cuda.device_array_like(x), cuda.device_array(relu.mask_words(size), np.uint32)
     return (lambda: relu.relu_mask_quads(x, y, mask), relu.prepare_relu_mask_quads(x, y, mask),
             lambda: relu.relu_mask_reference(x.copy_to_host()), exact)
 
 
 def dropout_at(size):
-    x = cuda.to_device(rng.standard_normal(size).astype(np.float32))
+    x = cuda.to_device(rng.standard_normal(size, dtype=np.float32))
     y, mask = cuda.device_array_like(x), cuda.device_array(-(-size // 32), np.uint32)
     step = dropout.prepare_dropout_bitmask(x, 0.1, 42, y, mask)
     return (lambda: dropout.dropout_bitmask(x, 0.1, 42, 0, y, mask), lambda: step(0),
@@ -252,7 +252,7 @@ def dropout_at(size):
 
 
 def softmax_at(size):
-    x = cuda.to_device(rng.standard_normal((size // 1024, 1024)).astype(np.float32))
+    x = cuda.to_device(rng.standard_normal((size // 1024, 1024), dtype=np.float32))
     out = cuda.device_array_like(x)
     return (lambda: softmax.softmax(x, out), softmax.prepare_softmax(x, out),
             lambda: softmax.softmax_reference(x.copy_to_host()), None)
@@ -298,7 +298,7 @@ workbook.show(L.StepGraph)
 # %%
 bn_shape = workbook.size(gpu=(16, 32, 112, 112), sim=(2, 3, 5, 7))
 x, identity, gamma, beta, running_mean, running_var = bn.batchnorm_inputs(rng, bn_shape, with_identity=True)
-dy = rng.standard_normal(bn_shape).astype(np.float32)
+dy = rng.standard_normal(bn_shape, dtype=np.float32)
 d = {name: cuda.to_device(a) for name, a in dict(x=x, identity=identity, gamma=gamma, beta=beta,
                                                  running_mean=running_mean, running_var=running_var, dy=dy).items()}
 d.update(y=cuda.device_array(bn_shape, np.float32), saved=cuda.device_array((2, bn_shape[1]), np.float64),

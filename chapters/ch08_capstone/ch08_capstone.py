@@ -109,9 +109,9 @@ workbook.show(L._make_wgrad_kernel)
 
 # %%
 g = conv.conv_geometry((BATCH, WIDTH, 8, 8), (WIDTH, WIDTH, 3, 3), 1, 1, 1)
-x_c = rng.standard_normal((g.N, g.C, g.H, g.W)).astype(np.float32)
+x_c = rng.standard_normal((g.N, g.C, g.H, g.W), dtype=np.float32)
 w_c = (rng.standard_normal((g.K, g.C, 3, 3)) * 0.1).astype(np.float32)
-dy_c = rng.standard_normal(g.out_shape).astype(np.float32)
+dy_c = rng.standard_normal(g.out_shape, dtype=np.float32)
 dx_ref, dw_ref = L.conv2d_backward_reference(x_c, w_c, dy_c, 1, 1, 1)
 d_x, d_w, d_dy = cuda.to_device(x_c), cuda.to_device(w_c), cuda.to_device(dy_c)
 dx_out, dw_out = cuda.device_array_like(d_x), cuda.device_array_like(d_w)
@@ -173,7 +173,7 @@ workbook.show(L.sgd_momentum_kernel)
 # %%
 check_batch, check_width, p_check = workbook.size(gpu=8, sim=3), workbook.size(gpu=8, sim=2), 0.25
 check_params = nw.init_parameters(check_width, seed=3)
-x_small = rng.standard_normal((check_batch, 1, 8, 8)).astype(np.float32)
+x_small = rng.standard_normal((check_batch, 1, 8, 8), dtype=np.float32)
 t_small = rng.integers(0, nw.CLASSES, check_batch).astype(np.int32)
 small = nw.Network(check_params, check_batch, p_drop=p_check, seed=99)
 small.set_step(7)  # the dropout offset: counter[0]

@@ -14,7 +14,7 @@ COLUMNS = [(1, 1), (31, 10), (33, 65), (257, 3)]  # (rows, columns)
 
 def check_flip_filters(m):
     for shape in FILTERS:
-        w = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        w = np.random.default_rng(sum(shape)).standard_normal(shape, dtype=np.float32)
         wt = m.flip_filters(cuda.to_device(w), poisoned((shape[1], shape[0], shape[2], shape[3]), np.float32))
         expected = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
         workbook.assert_close(wt, expected, exact=True, name=f"flip_filters, w of shape {shape}")
@@ -22,7 +22,7 @@ def check_flip_filters(m):
 
 def check_pool_backward(m):
     for rows, size in PLANES:
-        d_out = np.random.default_rng(rows + size).standard_normal(rows).astype(np.float32)
+        d_out = np.random.default_rng(rows + size).standard_normal(rows, dtype=np.float32)
         out = m.pool_backward(cuda.to_device(d_out), poisoned((rows, size), np.float32))
         expected = np.repeat((d_out.astype(np.float64) / size)[:, None], size, axis=1).astype(np.float32)
         workbook.assert_close(out, expected, rtol=1e-6, atol=0, name=f"pool_backward, {rows} planes of {size}")
@@ -44,7 +44,7 @@ def check_sgd(m):
 
 def check_column_sum(m):
     for shape in COLUMNS:
-        a = np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)
+        a = np.random.default_rng(shape[0]).standard_normal(shape, dtype=np.float32)
         out = m.column_sum(cuda.to_device(a), poisoned(shape[1], np.float32))
         workbook.assert_close(out, a.astype(np.float64).sum(axis=0).astype(np.float32), rtol=1e-5, atol=1e-5,
                               name=f"column_sum of {shape}")

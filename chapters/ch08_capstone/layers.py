@@ -24,9 +24,9 @@ from workbook import ON_GPU
 from workbook.inputs import require, sm_count
 from workbook.launch import LaunchCache
 
-from chapters.ch04_implicit_gemm.kernels import (_device_table, column_origin, conv2d_implicit, conv_geometry,
+from chapters.ch04_implicit_gemm.kernels import (column_origin, conv2d_implicit, conv_geometry, device_offset_table,
                                                  gemm, zero_kernel)
-from chapters.ch06_softmax.kernels import _warp_sum
+from chapters.ch06_softmax.kernels import warp_sum
 
 ZERO = np.float32(0.0)
 THREADS = 256 if ON_GPU else 32  # elementwise kernels; the simulator runs a Python thread per CUDA thread
@@ -235,7 +235,7 @@ def conv2d_wgrad(x, dy, dw, *, stride=1, padding=0, dilation=1, slices=None, str
         _launches.launch(zero_kernel, _elementwise_blocks(dw.size), THREADS, (dw.reshape(-1),), stream=stream)
     blocks = (math.ceil(g.gemm_depth / WGRAD.BN), math.ceil(g.K / WGRAD.BM), int(slices))
     _launches.launch(wgrad_kernel, blocks, wgrad_kernel.threads,
-                     (x.reshape(-1), dy.reshape(-1), _device_table(g), g.H, g.W, g.C * g.H * g.W, g.P * g.Q, g.Q,
+                     (x.reshape(-1), dy.reshape(-1), device_offset_table(g), g.H, g.W, g.C * g.H * g.W, g.P * g.Q, g.Q,
                       g.sh, g.sw, g.ph, g.pw, dw2), stream=stream)
     return dw
 
@@ -256,7 +256,7 @@ def global_avg_pool_kernel(planes, out):
         total = ZERO
         for i in range(lane, size, 32):
             total += planes[row, i]
-        total = _warp_sum(total)
+        total = warp_sum(total)
         if lane == 0:
             out[row] = total / float32(size)
 
@@ -350,7 +350,7 @@ def column_sum_kernel(a, total):
         partial = ZERO
         for i in range(lane, rows, 32):
             partial += a[i, col]
-        partial = _warp_sum(partial)
+        partial = warp_sum(partial)
         if lane == 0:
             total[col] = partial
 

@@ -55,7 +55,9 @@ lane 1 and shfl_sync(m, v, -1) lane 31; shfl_up/shfl_down past the edge of the w
 caller's own value. Reading a lane that does not take part in the shuffle (exited, missing from a
 partial warp, or not in the mask) is undefined on a GPU; here it returns the caller's own value, or,
 with WORKBOOK_SIM_STRICT=1, raises StrictModeError naming both lanes. Strict mode also rejects a
-collective whose mask leaves out the calling lane (by default the caller is added to the mask).
+collective whose mask leaves out the calling lane (by default the caller is added to the mask), and
+a vote or match that lanes named in its mask exited without making (a GPU completes it without
+them, so their bits of a ballot are silently missing; by default the simulator does the same).
 
 Types numba refuses
 -------------------

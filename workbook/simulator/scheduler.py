@@ -349,10 +349,33 @@ class BlockScheduler:
     def _complete(self, call, me):
         """Every live lane named in the mask has arrived: compute each lane's result and wake the others."""
         results = _RESOLVERS[call.kind](call, self)
+        skipped = self._skipped_by_exited_lanes(call) if self.strict and call.kind in ("vote", "match") else None
+        if skipped is not None:
+            results = dict.fromkeys(results, _Raise(skipped))
         for lane, (thread, _, _) in call.calls.items():
             if thread is not me:
                 self._release(thread, results[lane])
         return _unwrap(results[me.lane]) if me is not None else None
+
+    def _skipped_by_exited_lanes(self, call):
+        """Strict mode, for votes and matches: a StrictModeError if lanes the mask names exited without
+        making the call (a GPU goes on without them, so their bits of the result are silently
+        missing), else None. A shuffle needs no such check: reading an exited lane is named where
+        it happens (_resolve_shuffle)."""
+        warp = next(thread for thread, _, _ in call.calls.values()).warp
+        missing = call.mask & warp.existing & ~call.arrived
+        if not missing:
+            return None
+        lanes = [lane for lane in range(WARP_SIZE) if missing >> lane & 1]
+        op = next(iter(call.calls.values()))[1]
+        shown = ", ".join(str(lane) for lane in lanes[:8]) + (" ..." if len(lanes) > 8 else "")
+        return StrictModeError(
+            f"in block {self.block_idx}, lane(s) {shown} of warp {warp.index} (thread {32 * warp.index + lanes[0]}"
+            f"{' ...' if len(lanes) > 1 else ''}) exited without calling {op}(mask={call.mask:#010x}), which "
+            f"{bin(call.arrived).count('1')} other lane(s) of the warp called with them in the mask: their part "
+            "of the result is missing. Every lane a mask names must make the call: call it outside the "
+            "branch that skips it (e.g. before `if i < n:`), or leave the skipping lanes out of the mask."
+        )
 
     def _open_barrier(self, me):
         arrivals, self.at_barrier = self.at_barrier, []
