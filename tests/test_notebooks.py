@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from workbook.__main__ import _cells, chapter_scripts
+from workbook.report import chapter_scripts
+from workbook.runner import _cells
 
 SCRIPTS = chapter_scripts()
 

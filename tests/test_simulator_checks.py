@@ -74,8 +74,12 @@ def test_a_compile_that_cannot_run_is_not_the_kernels_fault(monkeypatch, capsys)
     from workbook import compiler
 
     class Broken:
+        def start(self, kernel, argtypes):  # the answer, got while the simulator runs the launch
+            return lambda: {"ok": None, "error": "CudaSupportError: Error at driver init: CUDA driver library "
+                                                 "cannot be found"}
+
         def compile(self, kernel, argtypes):
-            return {"ok": None, "error": "CudaSupportError: Error at driver init: CUDA driver library cannot be found"}
+            return self.start(kernel, argtypes)()
 
     monkeypatch.setenv("WORKBOOK_COMPILE", "1")
     monkeypatch.setattr(compiler, "_compiler", Broken())
@@ -119,3 +123,20 @@ def test_a_lane_that_exits_without_making_a_full_mask_call_is_named_in_strict_mo
     assert list(words) == [0xFFFFFFFF, 0xFF]
     with strict_simulator():  # every lane of the mask votes: fine
         vote_inside_the_bounds_test[1, 64](np.ones(64, np.float32), words)
+
+
+@cuda.jit
+def list_inside(x):
+    x[0] = len([v for v in range(3)])  # the simulator runs it; numba cannot compile a list for a GPU
+
+
+@sim_only
+def test_a_kernel_the_gpu_compiler_rejects_fails_its_launch_after_the_simulated_run(monkeypatch):
+    # The compile runs beside the simulated launch; its verdict still fails the launch.
+    from workbook import compiler
+
+    if compiler.missing():
+        pytest.skip(f"no GPU compiler here: {compiler.missing()}")
+    monkeypatch.setenv("WORKBOOK_COMPILE", "1")
+    with pytest.raises(compiler.GPUCompileError, match="list_inside .* would not compile for a GPU"):
+        list_inside[1, 1](np.zeros(1, np.int64))

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from workbook import results
-from workbook.__main__ import chapter_scripts
+from workbook.report import chapter_scripts
 
 SCRIPTS = chapter_scripts()
 UNITS = r"ms|us|µs|TFLOP/s|GB/s|TB/s"

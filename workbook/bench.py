@@ -82,6 +82,14 @@ class Comparison:
                 return timing
         raise KeyError(f"no variant {name!r}; have {[t.name for t in self.timings]}")
 
+    def fastest(self, names=None):
+        """The variant with the smallest median time among `names` (default: the kernels). In the
+        simulator, where times mean nothing, the last of them (a chapter names its own last)."""
+        names = list(names) if names is not None else [t.name for t in self.timings if t.kind == "kernel"]
+        if not self.meaningful:
+            return names[-1]
+        return min(names, key=lambda name: self[name].median_ms)
+
     def gbps(self, name):
         """GB/s of variant `name`, or None if it did not run (a torch baseline without torch)."""
         return next((t.gbps for t in self.timings if t.name == name), None)

@@ -278,17 +278,30 @@ class Compiler:
 
     def compile(self, kernel, argtypes):
         """The worker's answer for this kernel and signature (cached in memory and on disk)."""
+        return self.start(kernel, argtypes)()
+
+    def start(self, kernel, argtypes):
+        """Look the answer up, or pickle the kernel for the worker, now (before the simulator swaps
+        the `cuda` in its globals for the fake one); returns a function that gets the answer, which
+        another thread may call."""
         key = (kernel.fn, argtypes)  # the function, not its code: closures share code (ch03's per-dtype kernels)
         with self.lock:
             if key in self.seen:
-                return self.seen[key]
+                answer = self.seen[key]
+                return lambda: answer
             payload = self.pickler.dumps(kernel.fn)
             digest = hashlib.sha256(payload + repr((argtypes, CCS, CACHE_FORMAT)).encode()
                                     + _sources_by_name(kernel.fn)).hexdigest()
             cached = CACHE / f"{digest}.json"
             if cached.exists():
-                answer = json.loads(cached.read_text())
-            else:
+                answer = self.seen[key] = json.loads(cached.read_text())
+                self._log(kernel, argtypes, answer)
+                return lambda: answer
+
+        def finish():
+            with self.lock:
+                if key in self.seen:
+                    return self.seen[key]
                 worker = self._worker()
                 _send(worker.stdin, (payload, argtypes, CCS))
                 answer = _receive(worker.stdout)
@@ -299,9 +312,11 @@ class Compiler:
                     temporary = cached.with_suffix(f".{os.getpid()}.tmp")
                     temporary.write_text(json.dumps(answer))
                     temporary.replace(cached)
-            self.seen[key] = answer
-            self._log(kernel, argtypes, answer)
-            return answer
+                self.seen[key] = answer
+                self._log(kernel, argtypes, answer)
+                return answer
+
+        return finish
 
     def _log(self, kernel, argtypes, answer):
         if not self.log_dir:
@@ -335,9 +350,19 @@ def install():
     _stock_call = kernel.FakeCUDAKernel.__call__
 
     def compiled_call(self, *args):
-        if not self._device and not kernel._kernel_context:
-            check_launch(self, args)
-        return _stock_call(self, *args)
+        if self._device or kernel._kernel_context:
+            return _stock_call(self, *args)
+        # The GPU compile runs in its worker while the simulator runs the launch (two cores, not
+        # one after the other); its verdict is waited for when the launch ends, and a rejection
+        # fails the launch, before anything the simulated run raised.
+        verdict = check_launch(self, args, wait=False)
+        try:
+            result = _stock_call(self, *args)
+        except BaseException:
+            verdict()
+            raise
+        verdict()
+        return result
 
     kernel.FakeCUDAKernel.__call__ = compiled_call
 
@@ -346,11 +371,14 @@ def wanted():
     return os.environ.get("WORKBOOK_COMPILE", "auto").strip().lower() not in ("0", "no", "off", "false")
 
 
-def check_launch(kernel, args):
-    """Called by the simulator before each kernel launch: compile it for the GPU, raise if rejected."""
+def check_launch(kernel, args, wait=True):
+    """Called by the simulator before each kernel launch: compile it for the GPU, raise if rejected.
+
+    wait=False: start the compile in the background and return a function that waits for it and
+    raises if the kernel was rejected."""
     global _compiler, _said_missing
     if not wanted():
-        return
+        return _nothing
     if _compiler is None:
         reason = missing()
         if reason:
@@ -359,10 +387,34 @@ def check_launch(kernel, args):
                       file=sys.stderr)
                 _said_missing = True
             os.environ["WORKBOOK_COMPILE"] = "0"
-            return
+            return _nothing
         _compiler = Compiler()
     argtypes = argument_types(args)
-    answer = _compiler.compile(kernel, argtypes)
+    if wait:
+        return _judge(kernel, argtypes, _compiler.compile(kernel, argtypes))
+    future = _background().submit(_compiler.start(kernel, argtypes))
+    return lambda: _judge(kernel, argtypes, future.result())
+
+
+def _nothing():
+    return None
+
+
+_pool = None
+
+
+def _background():
+    """One thread that hands compiles to the worker process and waits for its answers."""
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="workbook-compile")
+    return _pool
+
+
+def _judge(kernel, argtypes, answer):
+    """Raise GPUCompileError if the GPU compiler rejected the kernel; say once if it could not run."""
     if answer["ok"] is None:
         fn = kernel.fn
         if fn not in _could_not_check:

@@ -227,12 +227,7 @@ if torch is not None:
     workbook.assert_close(torch.relu(torch_x), k.relu_reference(x.copy_to_host()), name="torch.relu")
 
 
-def fastest(comparison, names):
-    """The variant with the smallest median time (on a GPU; the last one named in the simulator)."""
-    return min(names, key=lambda name: comparison[name].median_ms) if workbook.ON_GPU else names[-1]
-
-
-best_forward = fastest(forward_result, ["warp ballot", "warp ballot, 8-byte words"])
+best_forward = forward_result.fastest(["warp ballot", "warp ballot, 8-byte words"])
 chapter.bar(f"relu+mask forward ({best_forward}) time / torch.relu time, n=2^28",
             forward_result.ratio(best_forward, "torch.relu (no mask)"), at_most=1.15)
 chapter.bar("relu+mask forward, 16-byte quads, time / torch.relu time, n=2^28",
@@ -270,7 +265,7 @@ def backward_case(key, dy, y, mask, dx, size):
 
 
 backward_result = backward_case("relu backward", dy, y, mask, dx, f"n=2^{n.bit_length() - 1} float32")
-best_backward = fastest(backward_result, ["from mask (8.125 B/elt)", "from mask, 8-byte words"])
+best_backward = backward_result.fastest(["from mask (8.125 B/elt)", "from mask, 8-byte words"])
 chapter.bar(f"relu backward {best_backward} vs torch threshold_backward (speed-up), n=2^28",
             backward_result.ratio("torch threshold_backward", best_backward), at_least=1.3)
 chapter.bar("relu backward from mask, 16-byte quads, vs torch threshold_backward (speed-up), n=2^28",

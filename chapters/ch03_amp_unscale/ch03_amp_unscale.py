@@ -381,38 +381,38 @@ if workbook.ON_GPU:
 
 # %% [markdown]
 # ## What the numbers mean
-#
-# (Figures: the stored H100 results printed above and in `results/nvidia-h100-80gb-hbm3/ch03.json`.)
-#
-# - **300 x 4,096 is launch-bound.** The data moves in a few µs; what the per-tensor loop measures
-#   is 300 launches from Python (tens of µs each). One fused launch removes all but one of them,
-#   which puts the fused call in the same range as torch's fused call, whose cost is also host
-#   work: argument checks and the tensor list walked in C++, then a few launches.
-# - **The sweep** shows where each cost lies. The loop grows by one launch per tensor from the
-#   first one. The fused kernel is flat: one numba launch (a few array arguments unpacked in
-#   Python) whatever the count. torch starts lower — one C++ call is cheaper than one numba launch
-#   — but its host work grows with every tensor in the list, so on the stored H100 run the lines
-#   cross between 100 and 300 tensors. (Launch-bound times also depend on what runs around them:
-#   the 300 x 4,096 comparison above, interleaved with the 300-launch loop, shows every variant
-#   slower than the sweep's point at 300; the ratios are what to read.)
-# - **600M elements is bandwidth-bound.** The table, the binary search and the partial tiles cost
-#   next to nothing; what counts is bytes in flight (four 16-byte loads per thread, 2,048 threads
-#   per SM) and few instructions per byte — and the grid. With 8 resident blocks per SM looping
-#   over the tiles the kernel reached 90-94% of the copy ceiling; with a block per tile (146,634
-#   blocks), **99.9%** (`grid_sweep.py` beside this notebook, stored log
-#   `results/nvidia-h100-80gb-hbm3/ch03_grid_sweep.log`: 8, 16, 32, 64 blocks per SM give 0.941,
-#   0.948, 0.954, 0.962). torch's kernel runs at 86%.
-# - **Why the table above says 94%, not 99.9%.** The fused call is timed right after the
-#   per-tensor loop, whose 300 launches from Python leave the GPU idle; so the host work of
-#   `unscale_fused` (argument checks, then the launch) runs between the start event and the kernel
-#   and is counted as GPU time: ~0.09 ms on a 1.62 ms kernel. `grid_sweep.py` reproduces part of
-#   it (a synchronised call: 1.66 ms, 0.971 of the ceiling). The bar of 0.95 is therefore not met
-#   as this chapter measures it (0.942 in the stored run) while the kernel itself is at the
-#   ceiling; separating a call's host cost from its GPU time is the subject of chapter 07 (in
-#   preparation). In float16 the fused
-#   kernel (8-byte vectors) runs at 90% of the ceiling, torch's kernel at 49%.
-# - **One launch per call** for lists of up to `MAX_TENSORS_PER_LAUNCH` = 4,096 tensors (their
-#   tile starts fill 16 KiB of shared memory); a longer list takes one launch per 4,096 tensors.
+
+# %%
+_mixed, _mixed16, _sweep = "300 mixed", "300 mixed float16", "tensors sweep"
+chapter.lesson("""
+- **300 x 4,096 is launch-bound.** Each tensor is 16 KB, moved in about a microsecond. The
+  per-tensor loop is 300 kernel launches, {loop_ms:.3f} ms of GPU time (its host time, launches from
+  Python, is larger still: chapter 07); the fused kernel is one, {fused_ms:.4f} ms: {speedup:.0f}x.
+  torch's fused call takes {torch_ms:.4f} ms.
+- **The sweep** shows how each grows with the list. The loop adds a launch per tensor. The fused
+  kernel stays one launch, whatever the count: {fused_1:.4f} ms for one tensor, {fused_1000:.4f} for
+  1,000, where the 33 MB it reads and writes start to count. torch launches one kernel per group of
+  tensors (its multi-tensor apply packs a bounded number of tensor pointers per launch), so it
+  starts level with ours and falls behind as the list grows: {torch_1000:.4f} ms at 1,000.
+- **600M elements is bandwidth-bound.** The table, the binary search and the partial tiles cost next
+  to nothing; what counts is bytes in flight (four 16-byte loads per thread) and few instructions
+  per byte. The fused kernel moves the 4.8 GB at {fused_frac:.1%} of the copy ceiling, torch's at
+  {torch_frac:.0%}; in float16 (8-byte vectors) {fused16_frac:.0%} against {torch16_frac:.0%}. The grid
+  matters: a block per tile beats a few resident blocks per SM looping over the tiles
+  (`grid_sweep.py` beside this notebook; its stored log is `results/nvidia-h100-80gb-hbm3/ch03_grid_sweep.log`).
+- **One launch per call** for lists of up to `MAX_TENSORS_PER_LAUNCH` = 4,096 tensors (their tile
+  starts fill 16 KiB of shared memory); a longer list takes one launch per 4,096 tensors.
+""",
+    loop_ms=chapter.figure("300x4096", "per-tensor launches"), fused_ms=chapter.figure("300x4096", "fused, one launch"),
+    speedup=chapter.figure("300x4096 float32: fused vs per-tensor loop (speed-up)"),
+    torch_ms=chapter.figure("300x4096", TORCH),
+    fused_1=chapter.figure(_sweep, "fused, one launch", size="1 x "),
+    fused_1000=chapter.figure(_sweep, "fused, one launch", size="1000 x "),
+    torch_1000=chapter.figure(_sweep, TORCH, size="1000 x "),
+    fused_frac=chapter.figure(_mixed, "fused, one launch", "fraction_of_ceiling"),
+    torch_frac=chapter.figure(_mixed, TORCH, "fraction_of_ceiling"),
+    fused16_frac=chapter.figure(_mixed16, "fused, one launch", "fraction_of_ceiling"),
+    torch16_frac=chapter.figure(_mixed16, TORCH, "fraction_of_ceiling"))
 
 # %%
 chapter.save()

@@ -302,7 +302,7 @@ gemm_result = chapter.compare(
     flops=2 * n_gemm**3,
     size=f"{n_gemm}^3 float32",
 )
-best_gemm = min(k.TILES, key=lambda name: gemm_result[f"tile {name}"].median_ms)  # the first, in the simulator
+best_gemm = gemm_result.fastest([f"tile {name}" for name in k.TILES])[len("tile "):]
 for name in k.TILES:
     print(name, k.resources(name))
 chapter.bar(f"GEMM 4096^3 FP32, best tile ({best_gemm}) vs cuBLAS FP32 (fraction)",
@@ -374,8 +374,7 @@ def conv_case(key, channels, side):
 
 def fastest_explicit(result):
     """The explicit variant with the smaller median: with the implicit kernel's tile, or its own."""
-    names = [t.name for t in result.timings if t.name.startswith("explicit")]
-    return min(names, key=lambda name: result[name].median_ms)
+    return result.fastest(t.name for t in result.timings if t.name.startswith("explicit"))
 
 
 layer_results = {}

@@ -1,0 +1,212 @@
+"""What the commands print and write: the chapters found, the summary of a run or of stored
+results (console and Markdown, the README's bar table), and the table of kernels compiled for a GPU."""
+
+import json
+from pathlib import Path
+
+import workbook
+from workbook import results, tables
+from workbook.chapter import MET, NOT_MET, WITHIN_NOISE, bar_figure, bar_spread, verdict
+
+CHAPTERS = results.ROOT / "chapters"
+README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def chapter_scripts(wanted=()):
+    """{chapter id: its notebook source chapters/chNN_name/chNN_name.py}, in order."""
+    found = {}
+    for folder in sorted(CHAPTERS.glob("ch[0-9][0-9]_*")):
+        script = folder / f"{folder.name}.py"
+        chapter_id = folder.name[:4]
+        if script.exists() and (not wanted or {chapter_id, folder.name, folder.name[5:]} & set(wanted)):
+            found[chapter_id] = script  # asked for as ch08, ch08_capstone or capstone
+    missing = set(wanted) - set(found) - {p.parent.name for p in found.values()} - {
+        p.parent.name[5:] for p in found.values()}
+    if missing:
+        raise SystemExit(f"no such chapter: {', '.join(sorted(missing))}; have {', '.join(found)}")
+    return found
+
+
+
+def _load(chapter_id, slug, base=None):
+    path = (base or results.RESULTS) / slug / f"{chapter_id}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def summary_rows(chapter_ids, slug, base=None):
+    """Rows of the summary: this run's correctness, and times from this run or (simulator) stored.
+
+    base: the folder this run wrote to (results/ unless WORKBOOK_RESULTS says otherwise)."""
+    rows, bars = [], []
+    for chapter_id in chapter_ids:
+        record = _load(chapter_id, slug, base)
+        if record is None:
+            continue
+        timed = record if record["stamp"]["mode"] == "gpu" else _load(chapter_id, results.REFERENCE_DEVICE)
+        timed_cases = {case["key"]: case for case in (timed or {}).get("cases", [])}
+        keys = [case["key"] for case in record["cases"]]
+        for case in record["cases"]:
+            if keys.count(case["key"]) > 1:
+                continue  # the points of a sweep: the chapter's plot shows them
+            timed_case = timed_cases.get(case["key"], {})
+            timed_rows = {row["variant"]: row for row in timed_case.get("rows", [])}
+            for row in case["rows"]:
+                t = timed_rows.get(row["variant"], {})
+                vs_first, vs_base = t.get("speedup_vs_first"), t.get("speedup_vs_baseline")
+                rate = tables.fmt(t.get("tflops"), ".2f", " TFLOP/s") if t.get("tflops") else tables.fmt(
+                    t.get("gbps"), ".0f", " GB/s")
+                rows.append({
+                    "chapter": chapter_id, "case": f"{case['key']} ({timed_case.get('size') or case['size']})",
+                    "kernel": row["variant"] + (" (baseline)" if row["kind"] == "baseline" else ""),
+                    "correct": {None: "-", True: "yes", False: "NO"}[row["correct"]],
+                    "time": tables.fmt(t.get("median_ms"), ".4g", " ms"), "rate": rate,
+                    "ceiling": tables.fmt(t.get("fraction_of_ceiling"), ".0%"),
+                    "vs naive": "-" if not vs_first else f"{vs_first[0]:.2f}x",
+                    "vs baseline": "-" if not vs_base else f"{vs_base[0]:.2f}x",
+                    "host/call": tables.fmt(t.get("host_us"), ".0f", " us") + (" (sync)" if t.get("synchronises") else ""),
+                    "1 call": tables.fmt(t.get("latency_us"), ".0f", " us"),
+                })
+        for bar in (timed or {}).get("bars", []):
+            bars.append({"chapter": chapter_id, **bar})
+    return rows, bars
+
+
+SHORT_HEADERS = {"correct": "ok", "ceiling": "ceil", "vs naive": "naive", "vs baseline": "base",
+                 "host/call": "host"}  # the console's table; the Markdown one keeps the long names
+COLUMNS = ("chapter", "case", "kernel", "correct", "time", "rate", "ceiling", "vs naive", "vs baseline",
+           "host/call", "1 call")
+
+
+def summary(console, chapter_ids, slug, base=None):
+    from rich.table import Table
+
+    rows, bars = summary_rows(chapter_ids, slug, base)
+    source = "this run" if workbook.ON_GPU else f"stored {results.REFERENCE_DEVICE} results"
+    from rich import box
+
+    console.print(f"[bold]Summary[/]: correctness from this run ({workbook.MODE}); times, rates and speed-ups "
+                  f"from {source}. Per case: time of a call on the GPU, GB/s or TFLOP/s, fraction of the copy "
+                  "ceiling, speed-up vs the naive kernel and vs the baseline, host cost per call, one call "
+                  "synchronised.")
+    shown = [c for c in COLUMNS if c not in ("chapter", "case")]
+    by_case = {}
+    for row in rows:
+        by_case.setdefault(f"{row['chapter']} {row['case']}", []).append(row)
+    for case, case_rows in by_case.items():  # a table per case: its title heads it, and 100 columns fit
+        table = Table(title=case, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+        for column in shown:
+            table.add_column(SHORT_HEADERS.get(column, column), justify="left" if column == "kernel" else "right",
+                             no_wrap=column != "kernel", ratio=1 if column == "kernel" else None)
+        for row in case_rows:
+            table.add_row(*(row[c].replace("TFLOP/s", "TF/s").replace(" (sync)", " sync") for c in shown))
+        console.print(table)
+    if bars:
+        bar_table = Table(title=f"Bars ({source})")
+        for column in ("chapter", "bar", "measured [p25-p75]", "target", "verdict"):
+            bar_table.add_column(column)
+        colour = {MET: "[green]met[/]", WITHIN_NOISE: "[yellow]within noise[/]", NOT_MET: "[red]not met[/]", None: "-"}
+        for bar in bars:
+            bar_table.add_row(bar["chapter"], bar["what"], f"{bar_figure(bar)} {bar_spread(bar)}", bar["target"],
+                              colour[verdict(bar)])
+        console.print(bar_table)
+
+
+def markdown_tables(slug):
+    """(bars, full table, stamps) in Markdown, from the stored results of device `slug`."""
+    ids = list(chapter_scripts())
+    rows, bars = summary_rows(ids, slug)
+    shown = {MET: "met", WITHIN_NOISE: "*within noise*", NOT_MET: "**not met**", None: "-"}
+    bar_lines = ["| chapter | bar (from the issue) | measured | p25-p75 | target | verdict |", "|---|---|---|---|---|---|"]
+    bar_lines += [f"| {b['chapter']} | {b['what']} | {bar_figure(b)} | {bar_spread(b)[1:-1] or '-'} | {b['target']} "
+                  f"| {shown[verdict(b)]} |" for b in bars]
+    full_lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    full_lines += ["| " + " | ".join(row[c] for c in COLUMNS) + " |" for row in rows]
+    stamps = []
+    for chapter_id in ids:
+        record = _load(chapter_id, slug)
+        if record:
+            s = record["stamp"]
+            stamps.append(f"- {chapter_id}: {s['device']}, driver {s['device_facts'].get('driver')}, numba "
+                          f"{s['numba']}, numba-cuda {s['numba_cuda']}, numpy {s['numpy']}, torch {s['torch']}, "
+                          f"{s['date']}")
+    return "\n".join(bar_lines), "\n".join(full_lines), "\n".join(stamps)
+
+
+
+def write_readme(slug):
+    """The bar table into README.md (between its markers) and every row into results/<slug>/SUMMARY.md."""
+    bars, full, stamps = markdown_tables(slug)
+    summary_path = results.RESULTS / slug / "SUMMARY.md"
+    summary_path.write_text(f"# Stored results on {slug}\n\n(generated by `python -m workbook table "
+                            f"--readme` from the JSON files beside this one)\n\n{full}\n\n{stamps}\n")
+    readme = results.ROOT / "README.md"
+    content = readme.read_text()
+    before, rest = content.split(README_BEGIN, 1)
+    _, after = rest.split(README_END, 1)
+    generated = (f"(generated by `python -m workbook table --readme` from results/{slug}/; every "
+                 f"kernel, time, rate and speed-up is in [its summary](results/{slug}/SUMMARY.md))")
+    readme.write_text(f"{before}{README_BEGIN}\n{generated}\n\n{bars}\n\nStamps:\n{stamps}\n{README_END}{after}")
+    return readme, summary_path
+
+
+def compile_records(log_dir):
+    """{(kernel, signature): record} from the JSON lines the simulator's compile hook wrote."""
+    records = {}
+    for path in sorted(Path(log_dir).glob("compile-*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["kernel"].startswith("_exercise_variant"):
+                continue  # the tests' stubs and planted wrong answers: not the workbook's kernels
+            records[(record["kernel"], record["signature"])] = record
+    return records
+
+
+def module_kernels(chapter_ids, skip=("exercises",)):
+    """'module.name' of every kernel defined at the top level of the chapters' modules (but those
+    named in `skip`: the stubs of exercises.py are not launched when the solutions are checked)."""
+    import importlib
+
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    names = set()
+    for chapter_id, script in chapter_scripts(chapter_ids).items():
+        for path in sorted(script.parent.glob("*.py")):
+            if path.stem in ("checks", script.stem, "__init__", *skip):
+                continue
+            module = importlib.import_module(f"chapters.{script.parent.name}.{path.stem}")
+            for value in vars(module).values():
+                if isinstance(value, FakeCUDAKernel) and not value._device and \
+                        value.fn.__module__ == module.__name__:
+                    names.add(f"{module.__name__}.{value.fn.__qualname__}")
+    return names
+
+
+def compile_table(records, console, never_launched=()):
+    from rich.table import Table
+
+    table = Table(title="Every kernel launched, compiled for a GPU (cc 9.0, and 7.5) without one")
+    longest = max((len(kernel.replace("chapters.", "").replace("_exercise_variant", "variant"))
+                   for kernel, _ in records), default=10)
+    table.add_column("kernel", min_width=min(longest, 48), overflow="fold")  # a name a reader can search for
+    for column in ("signature", "compiled", "registers", "spills (B)"):
+        table.add_column(column, overflow="fold")
+    errors = 0
+    for (kernel, signature), record in sorted(records.items()):
+        short = kernel.replace("chapters.", "").replace("_exercise_variant", "variant")
+        if record["ok"] is True:
+            first = record["targets"][0] if record["targets"] else {}
+            status = "[green]yes[/] (" + ", ".join(t["cc"] for t in record["targets"]) + ")"
+            registers, spills = first.get("registers"), first.get("spill_bytes")
+        else:
+            errors += 1
+            status, registers, spills = f"[red]ERROR[/]: {record['error'][:1500]}", None, None
+        table.add_row(short, signature if len(signature) < 120 else signature[:117] + "...", status,
+                      "-" if registers is None else str(registers), "-" if spills is None else str(spills))
+    console.print(table)
+    kernels = {kernel for kernel, _ in records}
+    console.print(f"{len(records)} (kernel, signature) pairs of {len(kernels)} kernels; {errors} would not compile")
+    if never_launched:
+        console.print("defined but launched by no test, so not compiled here: " + ", ".join(sorted(never_launched)))
+    return errors
+
+
