@@ -13,6 +13,7 @@ from workbook import ON_GPU
 from workbook.inputs import sm_count
 from workbook.launch import LaunchCache
 
+from .gather import SHARED_TABLE_WORDS
 from .tiles import jit_options, shared_bytes
 
 # Sharing the work. A GEMM with few output tiles leaves SMs idle: the 14x14 layer with C = K = 256
@@ -35,8 +36,7 @@ MIN_STEPS_PER_BLOCK = 16  # depth steps: below that a block is all prologue and 
 MIN_GAIN = 0.1
 
 
-# The largest table the implicit GEMM keeps in shared memory (gather.SHARED_TABLE_WORDS), in bytes.
-TABLE_BYTES = 4 * 3072
+TABLE_BYTES = 4 * SHARED_TABLE_WORDS  # the largest table the implicit GEMM keeps in shared memory
 
 
 @lru_cache(maxsize=None)
