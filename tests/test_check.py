@@ -259,3 +259,75 @@ def test_assert_close_tests_only_unequal_elements_and_still_finds_every_one(diff
     out[wrong] -= 1.0
     out[wrong] = np.nextafter(out[wrong], np.float32(np.inf))  # one ulp: close, not exact
     assert_close(out, ref)
+
+
+def _host_verdict(out, ref, **options):
+    try:
+        assert_close(out, ref, **options)
+    except CheckError:
+        return False
+    return True
+
+
+def _device_verdict(out, ref, *, exact=False, rtol=None, atol=None):
+    from workbook import device_check
+
+    is_float = ref.dtype.kind == "f"
+    default_rtol, default_atol = workbook.check.DEFAULT_TOLERANCE.get(ref.dtype, (1e-5, 1e-6))
+    return device_check.passes(cuda.to_device(out), ref, exact=exact or not is_float,
+                               rtol=default_rtol if rtol is None else rtol,
+                               atol=default_atol if atol is None else atol)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.uint8, np.bool_])
+def test_the_device_test_passes_exactly_what_the_host_test_passes(dtype):
+    # On a GPU, assert_close first tests a large output where it lies (workbook/device_check.py) and
+    # trusts a pass. So that kernel must reject every output the host test rejects: planted
+    # faults one at a time, each compared with the host test's verdict.
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal(97).astype(dtype) if dtype != np.bool_ else rng.random(97) > 0.5
+    is_float = ref.dtype.kind == "f"
+    if is_float:
+        ref[:4] = (np.nan, np.inf, -np.inf, -0.0)
+    bits = f"u{ref.itemsize}"
+    faults = {"none": lambda o: None, "unwritten": lambda o: o.view(bits).__setitem__(50, np.iinfo(bits).max),
+              "all zero": lambda o: o.fill(0), "off by one": lambda o: o.__setitem__(60, o[60] + 1)}
+    if is_float:
+        faults.update({
+            "nan where finite": lambda o: o.__setitem__(70, np.nan), "nan lost": lambda o: o.__setitem__(0, 1.0),
+            "wrong infinity": lambda o: o.__setitem__(1, -np.inf), "inf where finite": lambda o: o.__setitem__(9, np.inf),
+            "sign of zero": lambda o: o.__setitem__(3, 0.0),
+            "one ulp": lambda o: o.__setitem__(20, np.nextafter(o[20], ref.dtype.type(np.inf))),
+            "nan payload": lambda o: o.view(bits).__setitem__(0, o.view(bits)[0] ^ 1),
+        })
+    verdicts = {}
+    for fault, plant in faults.items():
+        out = ref.copy()
+        plant(out)
+        for options in ({"exact": True}, {}) if is_float else ({"exact": True},):
+            host, device = _host_verdict(out, ref, **options), _device_verdict(out, ref, **options)
+            assert device == host, f"{fault} {options}: device says {device}, host says {host}"
+            verdicts[fault, options.get("exact", False)] = host
+    assert verdicts["none", True] and not verdicts["off by one", True] and not verdicts["unwritten", True]
+    if is_float:
+        assert verdicts["sign of zero", False] and not verdicts["sign of zero", True]
+        assert verdicts["nan payload", True] and not verdicts["nan where finite", False]
+
+
+def test_the_device_test_fails_over_to_the_host_test_which_names_the_element(monkeypatch):
+    # A GPU-sized check in miniature: assert_close takes the device path, which finds a fault, and
+    # the message is the host test's, naming the element.
+    monkeypatch.setattr(workbook, "ON_GPU", True)
+    monkeypatch.setattr(workbook.check, "DEVICE_CHECK_FROM", 16)
+    from workbook import device_check
+
+    verdicts = []
+    monkeypatch.setattr(device_check, "passes", lambda *a, _passes=device_check.passes, **k: verdicts.append(
+        _passes(*a, **k)) or verdicts[-1])
+    ref = np.arange(40, dtype=np.float32)
+    out = ref.copy()
+    assert_close(cuda.to_device(out), ref)
+    out[33] = -1
+    with pytest.raises(CheckError, match=r"1 of 40 elements differ.*\n  at \[33\]: got np.float32\(-1.0\)"):
+        assert_close(cuda.to_device(out), ref)
+    assert verdicts == [True, False]

@@ -188,6 +188,8 @@ def flush_l2():
 # is measured apart (host_cost_us).
 
 HOLD_SECONDS = 2.0  # a hold gives up after this long (a call that waits for the GPU itself)
+HOST_HOLD_SECONDS = 0.5  # host_cost_us's hold: ten calls are queued well within it, unless they
+                         # queue more launches than the driver holds, which it then finds out sooner
 _flag = None  # mapped host memory: [0] the last ticket the host released, [1] holds that gave up
 _ticket = 0
 _nap_ns = None  # how long one round of _hold's loop takes on this GPU (nanosleep's time is loose)
@@ -301,13 +303,13 @@ def time_interleaved(functions, repeats=DEFAULT_REPEATS, flush=False, unheld=())
             for name, pairs in events.items()}
 
 
-def host_cost_us(function, calls=10, synchronous=False):
+def host_cost_us(function, calls=10, synchronous=False, hold_seconds=HOST_HOLD_SECONDS):
     """Microseconds of CPU per call: `calls` calls queued back to back while the GPU is held (so the
     host never waits for it), synchronised once at the end. A call that cannot be queued that way -
     it synchronises itself, or queues more launches than the driver holds (a loop of hundreds of
     launches) - is timed unheld: the loop's wall time per call, GPU time included."""
     if not synchronous:
-        with held() as hold:
+        with held(seconds=hold_seconds) as hold:
             start = time.perf_counter()
             for _ in range(calls):
                 function()
@@ -395,6 +397,15 @@ def torch_view(device_array):
     return None if torch is None else torch.as_tensor(device_array, device="cuda")
 
 
+HOST_TIMING_MS = 100  # GPU time that host_cost_us and latency_us may take per variant, about
+
+
+def _calls_within(budget_ms, call_ms):
+    """Calls of call_ms each that fit budget_ms, at least 2: a call of 300 ms is timed twice on the
+    host, not 15 times, where a microsecond's spread would not show in it anyway."""
+    return max(2, int(budget_ms / max(call_ms, 1e-3)))
+
+
 def _check(name, output, reference, check):
     if reference is None:
         return None
@@ -448,8 +459,11 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
         unheld = {t.name for t in timings if t.synchronises}
         measured = time_interleaved(functions, repeats or DEFAULT_REPEATS, flush, unheld)
         for timing in timings:
+            once_ms = float(timing.times_ms[0])  # the checked call, on the host's clock
             timing.times_ms = measured[timing.name]
             timing.ceiling_gbps = ceiling["gbps"] if ceiling else None
-            timing.host_us = host_cost_us(functions[timing.name], synchronous=timing.synchronises)
-            timing.latency_us = latency_us(functions[timing.name])
+            calls = min(10, _calls_within(HOST_TIMING_MS, float(np.median(timing.times_ms))))
+            timing.host_us = host_cost_us(functions[timing.name], calls=calls, synchronous=timing.synchronises,
+                                          hold_seconds=min(HOLD_SECONDS, max(HOST_HOLD_SECONDS, 3 * calls * once_ms / 1e3)))
+            timing.latency_us = latency_us(functions[timing.name], calls=min(5, calls))
     return Comparison(title, timings, meaningful, ceiling)

@@ -155,22 +155,36 @@ def _same_kind(name, out, ref):
 
 def assert_close(out, ref, *, rtol=None, atol=None, exact=False, name="output", launch=None,
                  input=None):
-    """Raise CheckError unless `out` matches the NumPy reference `ref`; returns the host copy of out.
+    """Raise CheckError unless `out` matches the NumPy reference `ref`.
 
     `input`: the kernel's input, when the output must differ from it (catches a kernel that wrote
     nothing to an output initialised as a copy of its input, or an in-place kernel that did nothing).
+    On a GPU, a large output is first tested where it is (device_check.py); only one that fails
+    there is copied to the host, to be tested again and described.
     """
-    out, ref = to_host(out), np.asarray(ref)
+    ref = np.asarray(ref)
+    is_float = np.issubdtype(ref.dtype, np.floating)
+    if is_float and not exact:
+        default_rtol, default_atol = DEFAULT_TOLERANCE.get(ref.dtype, (1e-5, 1e-6))
+        rtol = default_rtol if rtol is None else rtol
+        atol = default_atol if atol is None else atol
+    view = _device_view(out, ref, input)
+    if view is not None:
+        from . import device_check
+
+        _same_kind(name, view, ref)
+        if device_check.passes(view, ref, rtol=rtol or 0.0, atol=atol or 0.0, exact=exact or not is_float):
+            return
+    out = to_host(out)
     _same_kind(name, out, ref)
     if out.size == 0:
-        return out
+        return
     flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
     unwritten = np.flatnonzero(_poison_left(flat_out) & ~_poison_left(flat_ref))
     if len(unwritten):
         _fail(name, f"{len(unwritten)} of {ref.size} elements left unwritten (they still hold the 0xFF bytes the "
                     "output was filled with before the call)", unwritten, out, ref, launch)
 
-    is_float = np.issubdtype(ref.dtype, np.floating)
     # Only the elements that are not equal need the slower tests below (NaN is never equal): on a
     # GPU's full-size outputs (2^28 elements) this is most of the check's cost.
     unequal = flat_out != flat_ref
@@ -193,9 +207,6 @@ def assert_close(out, ref, *, rtol=None, atol=None, exact=False, name="output", 
             _fail(name, f"{len(bad)} of {ref.size} elements differ (exact comparison)", np.sort(bad), out, ref,
                   launch)
     else:
-        default_rtol, default_atol = DEFAULT_TOLERANCE.get(ref.dtype, (1e-5, 1e-6))
-        rtol = default_rtol if rtol is None else rtol
-        atol = default_atol if atol is None else atol
         nan_where_finite = differ[np.isnan(out_d) & np.isfinite(ref_d)]
         if len(nan_where_finite):
             _fail(name, f"NaN in {len(nan_where_finite)} elements where the reference is finite",
@@ -214,7 +225,20 @@ def assert_close(out, ref, *, rtol=None, atol=None, exact=False, name="output", 
         if before.shape == out.shape and before.dtype == out.dtype and np.array_equal(
                 before, out, equal_nan=is_float) and not np.array_equal(ref, before, equal_nan=is_float):
             _fail(name, "output is left equal to its input", None, out, ref, launch)
-    return out
+
+
+DEVICE_CHECK_FROM = 1 << 16  # elements: below this, the host test is as quick
+
+
+def _device_view(out, ref, input):
+    """A numba view of `out` where assert_close tests it on the device first, else None."""
+    from . import ON_GPU
+
+    if not (ON_GPU and input is None and ref.size >= DEVICE_CHECK_FROM):
+        return None
+    from . import device_check
+
+    return device_check.device_view(out) if device_check.testable(ref) else None
 
 
 def unpack_bitmask(words, n):
@@ -246,6 +270,8 @@ def assert_bitmask(words, bits, *, name="mask", launch=None):
         raise CheckError(f"{name}: {got.size} words, expected ceil({bits.size} / 32) = {expected.size}")
     if got.dtype.itemsize != 4:
         raise CheckError(f"{name}: dtype {got.dtype}, expected a 32-bit word type")
+    if np.array_equal(got.view(np.uint32), expected):  # right: no need to look bit by bit
+        return got
     got_bits = np.unpackbits(np.ascontiguousarray(got).view(np.uint8), bitorder="little").astype(bool)
     wrong = np.flatnonzero(got_bits != np.unpackbits(expected.view(np.uint8), bitorder="little").astype(bool))
     if len(wrong):

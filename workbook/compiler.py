@@ -113,6 +113,8 @@ class _Pickler:
                     options = {"fastmath": obj._fastmath}
                     if obj._device:
                         options["device"] = True
+                    if getattr(obj, "_forceinline", False):
+                        options["forceinline"] = True
                     return (_rebuild, (obj.fn, options))
                 return super().reducer_override(obj)
 

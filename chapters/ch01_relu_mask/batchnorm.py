@@ -99,7 +99,7 @@ def plane_words(h, w):
 # Block-level helpers
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _warp_sum2(a, b):
     # Butterfly: after 5 steps every lane holds the warp's totals.
     offset = 16
@@ -110,7 +110,7 @@ def _warp_sum2(a, b):
     return a, b
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _block_sum2(a, b):
     """(sum of a, sum of b) over the block, valid in warp 0; float64 so 10^5 terms lose nothing."""
     totals = cuda.shared.array((2, WARPS_PER_BLOCK), float64)
@@ -125,7 +125,7 @@ def _block_sum2(a, b):
     return _warp_sum2(a, b)
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _channel_sums(partial, c):
     """Warp 0 only: the sums of a channel's N per-plane partials (partial: float64[2, N, C])."""
     a = 0.0
@@ -168,7 +168,7 @@ def bn_stats_kernel(x, partial):
         partial[1, n, c] = ss
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _forward_trip(plane, extra, has_extra, out, bits_out, scale, shift, group, lane):
     """One warp trip over WORDS_PER_TRIP rows of 32 elements of a plane (group is warp-uniform)."""
     size = plane.size

@@ -87,7 +87,7 @@ def special_inputs(n, seed=0):
 # Device functions shared by the kernels
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def relu(v):
     # NaN <= 0 is False, so NaN passes through; -0.0 <= 0 is True, so it becomes +0.0.
     return ZERO if v <= ZERO else v
@@ -144,7 +144,7 @@ def relu_mask_sequential_kernel(x, y, mask_bytes):
 # done with bounds checks (`check=True`); lanes past n vote 0, so padding bits come out 0.
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _relu_mask_trip(x, y, mask, word, lane, check):
     """One trip: rows `word` .. `word + 7` (warp-uniform), this lane's column `lane`."""
     n = x.size
@@ -202,7 +202,7 @@ def relu_mask_ballot_kernel(x, y, mask):
 # `_spread16` moves bit k of a 16-bit value to bit 2k in four shift-and-mask steps.
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _spread16(v):
     v &= 0xFFFF
     v = (v | (v << 8)) & 0x00FF00FF
@@ -211,7 +211,7 @@ def _spread16(v):
     return (v | (v << 1)) & 0x55555555
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _relu_bits(bits):
     """(the bits of relu(x), x > 0) for a float32 x given as its bit pattern in a uint64's low half."""
     positive = bits != ZERO64 and bits <= INF_BITS
@@ -219,7 +219,7 @@ def _relu_bits(bits):
     return (bits if keep else ZERO64), positive
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _relu_mask_wide_trip(x, y, pairs_in, pairs_out, mask, row, lane, check):
     """One trip: rows `row` .. `row + 3` (warp-uniform; a row is 32 uint64 = 64 elements)."""
     pairs = pairs_in.size
@@ -279,7 +279,7 @@ def relu_mask_wide_kernel(x, y, pairs_in, pairs_out, mask):
 # In the mask version the 32 lanes of a row all read the same word: one broadcast load per row.
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _backward_from_y_trip(dy, y, dx, first, check):
     n = dy.size
     grads = cuda.local.array(WORDS_PER_TRIP, float32)
@@ -308,7 +308,7 @@ def relu_backward_from_y_kernel(dy, y, dx):
         _backward_from_y_trip(dy, y, dx, first, True)
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _backward_from_mask_trip(dy, mask, dx, first, lane, check):
     n = dy.size
     word = (first - lane) >> 5
@@ -342,7 +342,7 @@ def relu_backward_from_mask_kernel(dy, mask, dx):
 # dx is dy with each half kept or zeroed by an AND: a select on bits, never a multiply.
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _backward_wide_trip(grad_pairs, mask, out_pairs, first, check):
     pairs = grad_pairs.size
     grads = cuda.local.array(PAIRS_PER_LANE, np.uint64)
@@ -387,7 +387,7 @@ def relu_backward_from_mask_wide_kernel(dy, grad_pairs, mask, dx, out_pairs):
 QUAD_THREADS = 256
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _spread8(v):
     """Bit i of an 8-bit value to bit 4i: 0babcdefgh -> 0b000a000b...000h."""
     v &= 0xFF
@@ -396,7 +396,7 @@ def _spread8(v):
     return (v | (v << 3)) & 0x11111111
 
 
-@cuda.jit(device=True, inline="always")
+@cuda.jit(device=True, forceinline=True)
 def _element_or_zero(x, i):
     return x[i] if i < x.size else ZERO
 

@@ -181,13 +181,13 @@ def dropout_backward_bytemask_kernel(dy, mask, dx, scale):
 # take the same kernels built with these element-by-element stand-ins, which accept any address.
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def load_each4(array, i):
     """array[i..i+3] with four plain loads: any dtype, any alignment."""
     return array[i], array[i + 1], array[i + 2], array[i + 3]
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def store_each4(array, i, quad):
     a, b, c, d = quad
     array[i] = a
@@ -196,7 +196,7 @@ def store_each4(array, i, quad):
     array[i + 3] = d
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def keep4(quad, threshold, seed_lo, seed_hi, off_lo, off_hi):
     """Keep flags of elements 4*quad .. 4*quad+3: one Philox call, counter (quad, offset), key seed."""
     r0, r1, r2, r3 = philox4x32(np.uint32(quad & 0xFFFFFFFF), np.uint32(quad >> 32),
@@ -213,7 +213,7 @@ def _make_forward_kernel(load4, store4, write_mask, offset_in_memory=False):
     arguments they were captured with, so a graph that drops out must read its offset from memory,
     which a kernel of the step then advances (torch's graph-safe generator does the same)."""
 
-    @cuda.jit(device=True, inline=True)
+    @cuda.jit(device=True, forceinline=True)
     def forward(x, y, mask, threshold, scale, seed_lo, seed_hi, off_lo, off_hi):
         n = x.size
         full_quads = n >> 2  # quads with all 4 elements in range: the 16-byte path

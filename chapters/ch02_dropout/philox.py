@@ -42,7 +42,7 @@ KNOWN_ANSWERS = [
 ]
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def philox_round(c0, c1, c2, c3, k0, k1):
     product0 = PHILOX_M0 * np.uint64(c0)  # a 32 x 32 -> 64-bit multiply (mul.wide.u32)
     product1 = PHILOX_M1 * np.uint64(c2)
@@ -54,14 +54,14 @@ def philox_round(c0, c1, c2, c3, k0, k1):
             np.uint32((hi0 ^ c3 ^ k1) & MASK32), lo0)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def bump_key(k0, k1):
     # Wrap-around add mod 2^32, done in 64 bits so that NumPy scalars cannot overflow.
     return (np.uint32((np.uint64(k0) + PHILOX_W0) & MASK32),
             np.uint32((np.uint64(k1) + PHILOX_W1) & MASK32))
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def philox4x32(c0, c1, c2, c3, k0, k1):
     """Philox4x32-10 of the counter (c0, c1, c2, c3) under the key (k0, k1): four uint32 words.
 

@@ -88,14 +88,14 @@ def warp_merge(m, s):
 # numba unrolls a loop over a tuple of constant length, so `for v in values` costs no loop.
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _max_of(m, values):
     for v in values:
         m = max(m, np.float32(v))
     return m
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _sum_exp(values, shift):
     total = ZERO
     for v in values:
@@ -103,7 +103,7 @@ def _sum_exp(values, shift):
     return total
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _exp_times4(values, shift, factor):
     """(exp(v - shift) * factor for each of the 4 values): the tuple store16 writes back."""
     a, b, c, d = values
@@ -111,7 +111,7 @@ def _exp_times4(values, shift, factor):
             math.exp(np.float32(c) - shift) * factor, math.exp(np.float32(d) - shift) * factor)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _exp_times8(values, shift, factor):
     a, b, c, d, e, f, g, h = values
     return (math.exp(np.float32(a) - shift) * factor, math.exp(np.float32(b) - shift) * factor,
@@ -120,21 +120,21 @@ def _exp_times8(values, shift, factor):
             math.exp(np.float32(g) - shift) * factor, math.exp(np.float32(h) - shift) * factor)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _grad1(value, row_lse, col, target, bad, scale):
     """(exp(x - lse) - onehot) * scale for one column (bad: NaN for a row whose target is out of
     range, else 0)."""
     return (math.exp(np.float32(value) - row_lse) - (ONE if col == target else bad)) * scale
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _grad4(values, row_lse, first_col, target, bad, scale):
     a, b, c, d = values
     return (_grad1(a, row_lse, first_col, target, bad, scale), _grad1(b, row_lse, first_col + 1, target, bad, scale),
             _grad1(c, row_lse, first_col + 2, target, bad, scale), _grad1(d, row_lse, first_col + 3, target, bad, scale))
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _grad8(values, row_lse, first_col, target, bad, scale):
     a, b, c, d, e, f, g, h = values
     return (_grad1(a, row_lse, first_col, target, bad, scale), _grad1(b, row_lse, first_col + 1, target, bad, scale),
