@@ -158,11 +158,12 @@ def shared_bytes(tile):
 
 def jit_options(tile):
     """(kernel options, device-function options) for a tile's kernels and helpers."""
-    # The helpers take the thread's register arrays: inlined into the kernel (NVVM IR level), their
-    # constant indices let LLVM keep the arrays in registers.
-    options, inline = {"fastmath": True}, {"device": True, "forceinline": True}
-    if ON_GPU:  # the simulator's jit knows no launch bounds
+    options, inline = {"fastmath": True}, {"device": True}
+    if ON_GPU:  # what the GPU runs depends on these; the simulator and its compile check need neither
         options["launch_bounds"] = (tile.threads, tile.min_blocks)
+        # The helpers take the thread's register arrays: inlined into the kernel (NVVM IR level),
+        # their constant indices let LLVM keep the arrays in registers.
+        inline["forceinline"] = True
     return options, inline
 
 

@@ -402,39 +402,67 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# (On a GPU the tables above; in the simulator the stored H100 figures after each one.)
-#
-# - **The launch is the floor of a small kernel.** On the H100 (stored figures, one run; host
-#   figures move by 10-50% between runs, torch's as much as numba's): an empty numba launch costs
-#   18 us of host time with no argument, 33 us with 2 arrays, 62 us with 8; the GPU runs it in
-#   3 us; a torch op costs 13 us.
-# - **Most of numba's cost is per call, not per kernel**: typing each argument and packing each
-#   array's parameters. A prepared launch does that once: 6-7 us per call (`cuLaunchKernel` or
-#   `cuda.core.launch`) against 36 us for `kernel[grid, block](...)` and 16 us for
-#   `torch.mul(out=)`. The prepared twins of chapters 01, 02 and 06 cost 8.0 / 11.7 / 6.8 us
-#   against torch's 23.0 / 21.5 / 14.6 in this run. (Calling `cuLaunchKernel` through ctypes
-#   instead of cuda-python's bindings was measured too: no faster, 6.8 against 5.6 us.)
-# - **The plain wrappers now prepare themselves.** `workbook.launch.LaunchCache` keeps the
-#   prepared launches a wrapper has made, keyed by each array's device address, shape, strides and
-#   dtype (so a view made afresh at every call, `x.reshape(-1)`, finds the launch made for the first
-#   one; no buffer is kept alive) and stores changed scalars into them; the wrapper still checks its
-#   arguments at every call, and `sm_count()` asks the device once. `launch_planned` also keeps the
-#   wrapper's choice of kernel and grid, which depends only on what the key holds. Smaller things
-#   count at this scale: `__cuda_array_interface__` builds a dict (2 us), where
-#   `device_ctypes_pointer` gives the address in 0.1 us. Before and after, host us per call:
-#   chapter 01's 16-byte forward wrapper 77-90 -> 21-34 (over the sweep's sizes), dropout 134 ->
-#   20-43, softmax 84 -> 10-18 (torch.softmax 15). In the sweep all three kernels stop being
-#   launch-bound between 2^22 and 2^24 elements (10-13 us of GPU time at 2^22, 50 at 2^24): below
-#   that, a loop of calls runs at the host's pace, with or without the checks. Every chapter's
-#   optimized wrappers use the cache, the BatchNorm and convolution ones included.
-# - **A graph pays the host once per step**, whatever the number of kernels, and the GPU runs the
-#   nodes back to back: the BN + Add + ReLU step at 16x32x112x112 takes 155 us per step in a loop
-#   as a graph (3.9 us of host, 1 us per kernel), 161 us as four cached launches from Python
-#   (140 us of host for 163 of GPU: just below the GPU's time in this run, above it in others;
-#   738 us of host before the cache), 506 us in torch eager. A graph fixes the buffers (a new shape
-#   is a new capture), which a training loop with static shapes has anyway: it is what
-#   `torch.compile`'s "reduce-overhead" mode and CUDA-graph trees do. Chapter 05 captures its
-#   four-stream pipeline this way (copies included), chapter 08 a whole training step, 47 kernels.
+# What the code as it stands teaches, with the figures of the run (the stored H100 run in the
+# simulator; host figures move by 10-50% between runs, torch's as much as numba's). How the
+# wrappers got here, with the figures of each step, is in [EXPERIMENTS.md](EXPERIMENTS.md).
+
+# %%
+def _host(case, variant):
+    return chapter.figure(case, variant, "host_us")
+
+
+def _crossing(key):
+    """The first size of the sweep where the wrapper's GPU time exceeds its host cost."""
+    for size in (1 << p for p in range(12, 27, 2)):
+        at = f"{size:,} elements"
+        if chapter.figure(key, "wrapper", size=at) * 1e3 > chapter.figure(key, "wrapper", "host_us", size=at):
+            return f"2^{size.bit_length() - 1}"
+    return "none of the sweep's sizes"
+
+
+_empty, _scale, _step = "empty launches", "scale, 4096 floats", "bn+add+relu step: launches vs graph"
+_walls = "bn+add+relu step, wall time per step (us)"
+chapter.lesson("""
+- **The launch is the floor of a small kernel.** An empty numba launch costs {empty0:.0f} us of host
+  time with no argument, {empty2:.0f} us with 2 arrays, {empty8:.0f} us with 8; the GPU runs it in
+  {empty_gpu:.1f} us; a torch op costs {torch_empty:.0f} us.
+- **Most of numba's cost is per call, not per kernel**: typing each argument and packing each
+  array's parameters. A prepared launch does that once: {prepared:.1f} us per call
+  (`cuLaunchKernel`; {core:.1f} through `cuda.core.launch`) against {plain:.0f} us for
+  `kernel[grid, block](...)` and {torch_mul:.0f} us for `torch.mul(out=)`.
+- **The chapters' prepared twins** cost {p01:.1f} / {p02:.1f} / {p06:.1f} us (relu + mask, dropout,
+  softmax) against torch's {t01:.1f} / {t02:.1f} / {t06:.1f}, and their cached wrappers
+  {w01:.0f} / {w02:.0f} / {w06:.0f} us: `LaunchCache` keeps the prepared launches a wrapper has made,
+  keyed by each array's address, shape, strides and dtype, and stores changed scalars into them.
+- **Where a kernel stops being launch-bound**: the wrapper's GPU time passes its host cost at
+  {x01} elements for relu + mask, {x02} for dropout, {x06} for softmax. Below that, a loop of
+  calls runs at the host's pace, whatever the kernel.
+- **A graph pays the host once per step**, whatever the number of kernels: the BN + Add + ReLU
+  step at 16x32x112x112 takes {graph:.0f} us per step in a loop as a graph ({graph_host:.1f} us of
+  host), {launches:.0f} us as four cached launches from Python ({launches_host:.0f} us of host for
+  {launches_gpu:.0f} of GPU), {eager:.0f} us in torch eager. A graph fixes the buffers (a new shape
+  is a new capture), which a training loop with static shapes has anyway: it is what
+  `torch.compile`'s "reduce-overhead" mode does. Chapter 05 captures its four-stream pipeline
+  this way, chapter 08 a whole training step.
+""",
+    empty0=_host(_empty, "numba, 0 array args"), empty2=_host(_empty, "numba, 2 array args"),
+    empty8=_host(_empty, "numba, 8 array args"), empty_gpu=chapter.figure(_empty, "numba, 0 array args") * 1e3,
+    torch_empty=_host(_empty, "torch.neg(out=) on 32 floats"),
+    prepared=_host(_scale, "prepared, cuLaunchKernel"), core=_host(_scale, "prepared, cuda.core.launch"),
+    plain=_host(_scale, "kernel[grid, block](...)"), torch_mul=_host(_scale, "torch.mul(out=)"),
+    p01=_host("ch01 relu + mask, host cost", "prepared"), t01=_host("ch01 relu + mask, host cost", "torch.relu"),
+    w01=_host("ch01 relu + mask, host cost", "wrapper relu_mask_quads"),
+    p02=_host("ch02 dropout, host cost", "prepared"), t02=_host("ch02 dropout, host cost", "torch native_dropout"),
+    w02=_host("ch02 dropout, host cost", "wrapper dropout_bitmask"),
+    p06=_host("ch06 softmax, host cost", "prepared"), t06=_host("ch06 softmax, host cost", "torch.softmax"),
+    w06=_host("ch06 softmax, host cost", "wrapper softmax"),
+    x01=_crossing("relu forward: GPU time vs host cost"), x02=_crossing("dropout: GPU time vs host cost"),
+    x06=_crossing("softmax: GPU time vs host cost"),
+    graph=chapter.figure(_walls, "graph replay"), graph_host=_host(_step, "graph replay"),
+    launches=chapter.figure(_walls, "4 launches from Python"), launches_host=_host(_step, "4 launches from Python"),
+    launches_gpu=chapter.figure(_step, "4 launches from Python") * 1e3,
+    eager=chapter.figure(_walls, "torch eager (autograd)"),
+)
 
 # %%
 chapter.save()
