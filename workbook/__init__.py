@@ -9,6 +9,9 @@ from .device import choose_mode as _choose_mode
 
 # Small grids are deliberate in the simulator and in the tests' awkward sizes.
 _os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+# numba colours its typing errors through colorama, which re-wraps stdout for every error it formats,
+# and typing a kernel raises and catches many: about a tenth of a compile. The messages are the same.
+_os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
 
 MODE = _choose_mode()  # "gpu" or "sim"
 
@@ -30,6 +33,7 @@ ON_GPU = MODE == "gpu"
 
 from .check import CheckError, Launch, assert_bitmask, assert_close, pack_bitmask, unpack_bitmask  # noqa: E402,F401
 from .chapter import Chapter  # noqa: E402,F401
+from .compile_pool import warm_up  # noqa: E402,F401
 
 
 def size(gpu, sim):

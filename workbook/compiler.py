@@ -208,23 +208,42 @@ class _NoDevice:
 
 
 def _compile_one(payload, argtypes, ccs):
-    import cloudpickle
-
-    from numba.cuda import compile_ptx, dispatcher
+    from numba.cuda import dispatcher
 
     # numba compiles a kernel's device functions for get_current_device()'s capability, which
     # would need a driver: answer it without one.
     dispatcher.get_current_device = lambda: _NoDevice
     results = []
-    for cc in ccs:
-        _NoDevice.compute_capability = cc
-        fn = cloudpickle.loads(payload)  # fresh device functions for each capability
-        ptx, _ = compile_ptx(fn, argtypes, cc=cc)
+    for cc, ptx in zip(ccs, _ptx_for_each(payload, argtypes, ccs)):
         facts = {"cc": f"{cc[0]}.{cc[1]}", "ptx_lines": ptx.count("\n"), "ptx": ptx}
         if cc == ccs[0]:
             facts.update(_ptx_facts(ptx, cc))
         results.append(facts)
     return results
+
+
+def _ptx_for_each(payload, argtypes, ccs):
+    """The kernel's PTX for each capability: typed and lowered once (for the first), then NVVM once
+    per capability, as numba's code library does for a kernel it loads on another GPU (the LLVM IR
+    does not depend on the capability; typing is most of a compile)."""
+    import cloudpickle
+
+    from numba.cuda import compile_ptx
+
+    _NoDevice.compute_capability = ccs[0]
+    try:
+        from numba.cuda.compiler import _compile_pyfunc_with_fixup  # numba-cuda 0.30: compile_ptx's first half
+    except ImportError:
+        _compile_pyfunc_with_fixup = None
+    if _compile_pyfunc_with_fixup is None:  # another numba-cuda: type it again for each capability
+        ptxes = []
+        for cc in ccs:
+            _NoDevice.compute_capability = cc
+            ptxes.append(compile_ptx(cloudpickle.loads(payload), argtypes, cc=cc)[0])
+        return ptxes
+    library, _ = _compile_pyfunc_with_fixup(cloudpickle.loads(payload), argtypes, device=False, abi="numba",
+                                            cc=ccs[0])
+    return ["\n".join(library.get_asm_strs(cc=cc)) for cc in ccs]
 
 
 def is_the_kernels_fault(error):

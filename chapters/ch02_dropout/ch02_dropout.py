@@ -132,6 +132,7 @@ workbook.show(k._make_backward_kernel)
 # %%
 odd_sizes = [1, 31, 33, 1001, workbook.size(gpu=(1 << 24) + 3, sim=2001)]
 for n in odd_sizes:
+    keep = k.keep_reference(n, 0.3, 7, 11)  # the same numbers for every kernel below: seed 7, offset 11
     for dtype in (np.float32, np.float16):
         x = rng.standard_normal(n).astype(dtype)
         y, mask = k.dropout_bitmask(cuda.to_device(x), 0.3, seed=7, offset=11)
@@ -139,10 +140,9 @@ for n in odd_sizes:
         workbook.assert_close(y, y_ref, exact=True, name=f"y n={n} {dtype.__name__}")
         workbook.assert_close(mask, mask_ref, exact=True, name=f"mask n={n}")
         dx = k.dropout_backward_bitmask(cuda.to_device(x), mask, 0.3)
-        workbook.assert_close(dx, k.backward_reference(x, k.keep_reference(n, 0.3, 7, 11), 0.3),
-                              exact=True, name=f"dx n={n}")
+        workbook.assert_close(dx, k.backward_reference(x, keep, 0.3), exact=True, name=f"dx n={n}")
     dx = k.dropout_backward_seed_only(cuda.to_device(x.astype(np.float32)), 0.3, seed=7, offset=11)
-    workbook.assert_close(dx, k.backward_reference(x.astype(np.float32), k.keep_reference(n, 0.3, 7, 11), 0.3),
+    workbook.assert_close(dx, k.backward_reference(x.astype(np.float32), keep, 0.3),
                           exact=True, name=f"seed-only dx n={n}")
 print("bitmask forward, backward and seed-only backward match the NumPy Philox exactly at", odd_sizes)
 
@@ -180,6 +180,7 @@ byte_mask = cuda.device_array(n, dtype=np.uint8)
 torch_x = workbook.bench.torch_view(x)
 sample = np.unique(np.concatenate([rng.integers(0, n, size=min(n, 1 << 20)), np.arange(max(0, n - 4099), n)]))
 x_sample = x.copy_to_host()[sample]
+keep_sample = k.keep_reference_at(sample, p, seed, OFFSET)  # what (seed, OFFSET) keeps there
 
 
 def check_forward(out, _, name):
@@ -190,7 +191,7 @@ def check_forward(out, _, name):
         keep = workbook.check.to_host(out[1])[sample].astype(bool)
         assert abs(keep.mean() - (1 - p)) < 0.01, f"{name}: keep rate {keep.mean()}"
     else:
-        keep = k.keep_reference_at(sample, p, seed, OFFSET)
+        keep = keep_sample
         if len(out) > 1:
             bits = workbook.unpack_bitmask(out[1], n)[sample]
             np.testing.assert_array_equal(bits, keep, err_msg=f"{name}: mask bits")
@@ -246,7 +247,7 @@ def check_backward(out, _, name):
     if name.startswith("naive"):
         keep = byte_mask.copy_to_host()[sample].astype(bool)
     else:
-        keep = k.keep_reference_at(sample, p, seed, OFFSET)
+        keep = keep_sample
     expected = np.where(keep, dy_sample * k.scale_for(p), np.float32(0))
     workbook.assert_close(dx_host, expected, exact=True, name=name)
 
@@ -318,7 +319,7 @@ x16_sample = x16.copy_to_host()[sample]
 
 
 def check_forward16(out, _, name):
-    keep = k.keep_reference_at(sample, p, seed, OFFSET)
+    keep = keep_sample
     bits = workbook.unpack_bitmask(out[1], n)[sample]
     np.testing.assert_array_equal(bits, keep, err_msg=f"{name}: mask bits")
     expected = np.where(keep, x16_sample.astype(np.float32) * k.scale_for(p), np.float32(0)).astype(np.float16)
@@ -376,35 +377,53 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# Read them in the tables above (in the simulator: the stored H100 results that follow each one).
-# - **The naive kernel pays for its generator**: every draw reads and writes a 16-byte state.
-#   The states stay in L2, but that traffic and the chain of dependent state updates make it
-#   several times slower than a kernel limited by its 9 bytes per element — and its mask cannot
-#   be reproduced by anyone else.
-# - **Philox costs instructions, not bytes.** Ten rounds for four elements is ~15 integer
-#   instructions per element, issued while the SM waits for memory: the seed-only forward, which
-#   does all of that work and stores no mask, runs at nearly the copy ceiling.
-# - **Writing the mask costs more than its bytes.** The bitmask forward moves 1.6% more bytes than
-#   the seed-only one but takes longer than that: the shuffles, and the 16-byte mask stores of
-#   four lanes per warp, sit between the loads and the stores. It still beats torch's
-#   `native_dropout`, which moves 9 bytes per element against our 8.125.
-# - **The backward is a race against the copy ceiling.** It moves 8.125 bytes per element against
-#   torch's 9, which bounds its gain at 9/8.125 ≈ 1.11×. With the default grid (32 blocks per SM)
-#   it falls short of the issue's 1.05× (the bar above); in the grid-size table, one quad per
-#   thread brings it to torch's bandwidth, and therefore to about the byte-count bound.
-# - **16-byte accesses**: in these kernels each lane's four 4-byte loads fall on one 16-byte
-#   chunk and the L1 merges them, so the "4-byte loads" rows come close; what one wide load saves
-#   is instructions. In a plain copy, where a thread has only one 4-byte load in flight, the
-#   difference is large.
-# - **float16** moves a quad of halves in one 8-byte access (`workbook.memory.load4` on float16):
-#   0.556 ms against 0.603 with four 2-byte loads (stored runs of 2026-11-22 and -21), 0.95 of
-#   `native_dropout`'s speed, which reads 16 bytes per access. Two quads per lane (exercise 4
-#   below) is the next step.
-# - **Small sizes are host-bound**: below ~2^24 elements the sweep measures the Python launch
-#   (numba's, with nine arguments, is several times torch's), not the GPU.
-# - **The mask** is n/8 bytes instead of n; the seed-only variant keeps none, and pays for it
-#   with a second Philox per quad in the backward — which, being hidden under memory time,
-#   costs nothing measurable here.
+# Figures from this run on a GPU, from the stored H100 run in the simulator. The record of variants
+# measured and dropped is in `EXPERIMENTS.md` beside this notebook.
+
+# %%
+_f, _b, _g = "forward", "backward", "backward grid size"
+chapter.lesson("""
+- **The naive kernel pays for its generator**: every draw reads and writes a 16-byte state. The
+  states stay in L2, but that traffic and the chain of dependent state updates make it {naive:.1f}x
+  slower than the Philox bitmask kernel ({naive_fraction:.0%} of the copy ceiling), and its mask
+  cannot be reproduced by anyone else.
+- **Philox costs instructions, not bytes.** Ten rounds for four elements is ~15 integer
+  instructions per element, issued while the SM waits for memory: the seed-only forward, which
+  does all of that work and stores no mask, runs at {seed_fraction:.0%} of the copy ceiling.
+- **The mask costs a little more than its bytes.** The bitmask forward moves 1.6% more bytes than
+  the seed-only one and takes {mask_cost:.1%} longer: the shuffles and the mask stores sit between the
+  loads and the stores. It takes {forward_ratio:.2f} of torch's `native_dropout` time, which moves 9
+  bytes per element against our 8.125.
+- **The backward is a race against the copy ceiling.** It moves 8.125 bytes per element against
+  torch's 9, which bounds its gain at 9/8.125 = 1.11x; it reaches {backward:.2f}x. The grid decides
+  it: one quad per thread (the default) runs at {grid_data:.0%} of the copy ceiling, 32 blocks per SM
+  looping over the quads at {grid_32:.0%}.
+- **16-byte accesses**: each lane's four 4-byte loads fall on one 16-byte chunk and the L1 merges
+  them, so the "4-byte loads" rows come close ({four_byte:.3f} ms against {sixteen_byte:.3f} forward): what one
+  wide load saves is instructions. In a plain copy, where a thread has one 4-byte load in flight,
+  the difference is large (chapter 00).
+- **float16** moves a quad of halves in one 8-byte access (`workbook.memory.load4` on float16):
+  {half_ms:.3f} ms, {half_ratio:.2f} of `native_dropout`'s speed, which reads 16 bytes per access. Two
+  quads per lane (exercise 4 below) is the next step.
+- **Small sizes are host-bound**: below ~2^24 elements the sweep measures the Python launch
+  (numba's, with nine arguments, is several times torch's), not the GPU.
+- **The mask** is n/8 bytes instead of n; the seed-only variant keeps none, and pays for it with a
+  second Philox per quad in the backward, hidden under memory time ({regenerate:.3f} ms against
+  {from_mask:.3f} from the mask).
+""",
+    naive=chapter.figure(_f, "naive xoroshiro, byte mask") / chapter.figure(_f, "Philox bitmask"),
+    naive_fraction=chapter.figure(_f, "naive xoroshiro, byte mask", "fraction_of_ceiling"),
+    seed_fraction=chapter.figure(_f, "Philox seed-only (no mask)", "fraction_of_ceiling"),
+    mask_cost=chapter.figure(_f, "Philox bitmask") / chapter.figure(_f, "Philox seed-only (no mask)") - 1,
+    forward_ratio=chapter.figure("forward bitmask time / torch native_dropout time, 2^28 fp32 (at most 1; aim 0.8)"),
+    backward=chapter.figure("backward: torch native_dropout_backward time / bitmask time, 2^28 fp32"),
+    grid_data=chapter.figure(_g, "bitmask, one quad per thread", "fraction_of_ceiling"),
+    grid_32=chapter.figure(_g, "bitmask, 32 blocks/SM", "fraction_of_ceiling"),
+    four_byte=chapter.figure(_f, "Philox bitmask, 4-byte loads"), sixteen_byte=chapter.figure(_f, "Philox bitmask"),
+    half_ms=chapter.figure("forward fp16", "Philox bitmask"),
+    half_ratio=chapter.figure("forward fp16", "Philox bitmask", "speedup_vs_baseline"),
+    regenerate=chapter.figure(_b, "seed-only (regenerate)"), from_mask=chapter.figure(_b, "bitmask"),
+)
 
 # %%
 chapter.save()

@@ -62,8 +62,9 @@ def fastest_tile(run, repeats=7, tiles=SEARCH_TILES):
     from workbook import bench
 
     candidates = {name: (lambda name=name: run(name)) for name in tiles}
+    bench.warm_up(candidates)  # their kernels compiled side by side (workbook/compile_pool.py)
     for function in candidates.values():
-        function()  # compile and warm up
+        function()  # and each warmed up alone
     times = bench.time_interleaved(candidates, repeats=repeats)
     medians = {name: float(np.median(ms)) for name, ms in times.items()}
     return min(medians, key=medians.get), medians

@@ -289,9 +289,11 @@ for axis in (left, right):
 chapter.savefig(figure, "training")
 final = history["workbook accuracy"][-1]
 chapter.bar("test accuracy of the workbook's network", final, at_least=0.97)
-if history["torch accuracy"]:
-    chapter.bar("test accuracy: workbook - torch twin (points)",
-                100 * abs(final - history["torch accuracy"][-1]), at_most=1.0)
+if history["torch accuracy"]:  # one epoch's accuracy moves by a few held-out digits from run to run: a mean
+    last = min(10, len(history["torch accuracy"]))
+    chapter.bar(f"test accuracy, mean of the last {last} epochs: workbook - torch twin (points)",
+                100 * abs(np.mean(history["workbook accuracy"][-last:]) - np.mean(history["torch accuracy"][-last:])),
+                at_most=1.0)
 
 # %% [markdown]
 # ## What a step costs
