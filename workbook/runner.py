@@ -11,9 +11,12 @@ import workbook
 from workbook import results, tables
 from workbook.report import chapter_scripts, summary
 
+def _env():
+    return dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1",
+                PYTHONPATH=os.pathsep.join([str(results.ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
 def _run_one(script, log_path, use_notebook):
-    env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join([str(results.ROOT), os.environ.get("PYTHONPATH", "")]))
     if use_notebook:
         notebook = script.with_suffix(".ipynb")
         command = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
@@ -22,7 +25,62 @@ def _run_one(script, log_path, use_notebook):
     else:
         command = [sys.executable, script.name]
     with open(log_path, "w") as log:
-        return subprocess.run(command, cwd=script.parent, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        return subprocess.run(command, cwd=script.parent, env=_env(), stdout=log, stderr=subprocess.STDOUT).returncode
+
+
+# A chapter script's process, started while the previous chapter runs: it imports what every chapter
+# imports (seconds of CPU, no GPU work: no context is made), then waits for "go" on stdin and runs
+# the script as `python script.py` would.
+_READY = """
+import os, runpy, sys
+import workbook
+import matplotlib.pyplot, numba.cuda, numpy
+if workbook.ON_GPU:
+    try:
+        import torch
+    except ImportError:
+        pass
+if sys.stdin.readline().strip() != "go":
+    sys.exit(0)
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.getcwd())
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+class _Ahead:
+    """One chapter's script process, started ahead of its turn (see _READY)."""
+
+    def __init__(self, script, log_path):
+        self.log = open(log_path, "w")  # noqa: SIM115  (closed in finish())
+        self.process = subprocess.Popen([sys.executable, "-c", _READY, script.name], cwd=script.parent, env=_env(),
+                                        stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, text=True)
+
+    def go(self):
+        self.process.stdin.write("go\n")
+        self.process.stdin.close()
+
+    def finish(self):
+        code = self.process.wait()
+        self.log.close()
+        return code
+
+
+def _one_after_another(scripts, out_dir):
+    """(chapter_id, exit code, seconds) of each script, one at a time, the next one's process
+    started (and its imports done) while the previous one runs; the seconds of a chapter run from
+    its "go" to its end."""
+    items = list(scripts.items())
+    ahead = _Ahead(items[0][1], out_dir / f"{items[0][0]}.log") if items else None
+    for index, (chapter_id, _) in enumerate(items):
+        current = ahead
+        started = time.perf_counter()
+        current.go()
+        if index + 1 < len(items):
+            next_id, next_script = items[index + 1]
+            ahead = _Ahead(next_script, out_dir / f"{next_id}.log")
+        code = current.finish()
+        yield chapter_id, code, time.perf_counter() - started
 
 
 def _can_execute_notebooks():
@@ -63,13 +121,22 @@ def run(chapters=(), how="auto", jobs=None):
         code = _run_one(script, out_dir / f"{chapter_id}.log", use_notebook)
         return code, time.perf_counter() - started
 
+    def in_chapter_order(pool):
+        if jobs == 1 and not use_notebook:
+            yield from _one_after_another(scripts, out_dir)
+            return
+        running = {chapter_id: pool.submit(one, chapter_id, script) for chapter_id, script in scripts.items()}
+        for chapter_id in scripts:
+            yield chapter_id, *running[chapter_id].result()
+
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=console) as progress, ThreadPoolExecutor(max_workers=jobs) as pool:
         task = progress.add_task("chapters", total=len(scripts))
-        running = {chapter_id: pool.submit(one, chapter_id, script) for chapter_id, script in scripts.items()}
-        for chapter_id, script in scripts.items():  # reported in chapter order
-            progress.update(task, description=f"running {script.parent.name}")
-            code, seconds = running[chapter_id].result()
+        names = [script.parent.name for script in scripts.values()] + ["done"]
+        progress.update(task, description=f"running {names[0]}")
+        for index, (chapter_id, code, seconds) in enumerate(in_chapter_order(pool)):  # in chapter order
+            script = scripts[chapter_id]
+            progress.update(task, description=f"running {names[index + 1]}")
             log_path = out_dir / f"{chapter_id}.log"
             if code == 0:
                 _store_wall_time(out_dir / f"{chapter_id}.json", seconds, use_notebook, jobs)
@@ -88,7 +155,8 @@ def run(chapters=(), how="auto", jobs=None):
 
 
 def _store_wall_time(path, seconds, as_notebook, jobs=1):
-    """Keep how long the chapter took, start to end (beside `jobs` - 1 others), with its results."""
+    """Keep how long the chapter took, start to end (beside `jobs` - 1 others; one at a time, from
+    its "go": its process started and imported during the previous chapter), with its results."""
     if not path.exists():
         return
     record = json.loads(path.read_text())
