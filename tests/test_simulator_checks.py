@@ -24,8 +24,8 @@ def shift_left(x, out):
 @sim_only
 def test_a_negative_index_is_named_with_its_block_and_thread():
     x = cuda.to_device(np.arange(40, dtype=np.float32))
-    with pytest.raises(IndexError, match=r"block \(0, 0, 0\), thread \(0, 0, 0\) reads index -1 of an array "
-                                         r"of shape \(40,\): a negative index is out of bounds"):
+    with pytest.raises(IndexError, match=r"kernel 'shift_left', block \(0, 0, 0\), thread \(0, 0, 0\) reads "
+                                         r"x\[-1\] of shape \(40,\) at test_simulator_checks.py:\d+: index -1 is negative"):
         shift_left[2, 32](x, cuda.device_array(40, np.float32))
 
 

@@ -269,6 +269,8 @@ def _message(error):
         return f"NotImplementedError: {error}"
     if name == "StrictModeError":
         return f"not what a GPU guarantees (strict simulator):\n{error}"
+    if name in ("RaceError", "UninitializedReadError"):
+        return f"not what a GPU guarantees (sanitizer):\n{error}"
     if name == "WarpDeadlockError":
         return f"warp deadlock (on a GPU this launch would hang):\n{error}"
     if name == "GPUCompileError":
@@ -281,16 +283,19 @@ def _message(error):
 def strict_simulator():
     """Checks run the simulator strictly: a shuffle that reads a lane which did not take part, or a
     collective whose mask leaves out its caller, is an error naming the lanes (undefined on a GPU,
-    where it reads garbage), not a quietly wrong value. Nothing changes on a GPU."""
+    where it reads garbage), not a quietly wrong value; and sanitized (simulator/sanitizer.py): a
+    race or a read of unwritten shared memory is named with both threads and lines. Nothing
+    changes on a GPU."""
     if ON_GPU:
         yield
         return
-    from .simulator import STRICT_ENV
+    from .simulator import STRICT_ENV, sanitizing
 
     before = os.environ.get(STRICT_ENV)
     os.environ[STRICT_ENV] = "1"
     try:
-        yield
+        with sanitizing():
+            yield
     finally:
         if before is None:
             del os.environ[STRICT_ENV]

@@ -209,6 +209,7 @@ if MODE != "sim":  # a GPU, or the compile worker (workbook/compiler.py): the re
     store16 = intrinsic(_make_store(GLOBAL, None))
 
 else:  # the simulator: element by element, checking what a GPU would fault on
+    from .simulator import watch
 
     def _check(array, index, name, width):
         host = getattr(array, "_ary", array)
@@ -228,9 +229,14 @@ else:  # the simulator: element by element, checking what a GPU would fault on
         return host.reshape(-1)
 
     def _simulated(name, loads, width=WIDTH):
+        space = "shared" if name.startswith("shared") else "global"
+
         def load(array, index):
             flat = _check(array, index, name, width)
-            return tuple(flat[index + k] for k in range(width or per16(flat.dtype)))
+            n = width or per16(flat.dtype)
+            if watch.active():  # one access of n elements, as the hardware makes it
+                watch.report(space, "ld", flat, index, size=n * flat.itemsize)
+            return tuple(flat[index + k] for k in range(n))
 
         def store(array, index, quad):
             flat = _check(array, index, name, width)
@@ -238,6 +244,9 @@ else:  # the simulator: element by element, checking what a GPU would fault on
                 raise TypeError(f"{name}: {len(quad)} values for a {width or per16(flat.dtype)}-wide store")
             for k in range(len(quad)):
                 flat[index + k] = quad[k]  # NumPy converts (and rounds float32 -> float16) as the GPU does
+            if watch.active():
+                watch.report(space, "st", flat, index, tuple(flat[index:index + len(quad)]),
+                             size=len(quad) * flat.itemsize)
 
         function = load if loads else store
         # named as the module attribute it becomes: the compile worker finds the real one by that name

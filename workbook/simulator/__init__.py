@@ -94,13 +94,17 @@ passed on an H100 (results/nvidia-h100-80gb-hbm3/test_warp_intrinsics.log).
 """
 
 import copy
-import threading
+import itertools
+import os
 
-import numpy as np
-
+from . import watch
 from .intrinsics import INTRINSICS
+from .sanitizer import RaceError, Sanitizer, UninitializedReadError, sanitizing  # noqa: F401
 from .scheduler import (FULL_MASK, STRICT_ENV, WARP_SIZE, BlockScheduler, StrictModeError,  # noqa: F401
                         WarpDeadlockError, _Thread, strict_mode)
+
+
+SANITIZE_ENV = "WORKBOOK_SANITIZE"
 
 
 def install():
@@ -119,9 +123,12 @@ def install():
     global _stock_getitem
     _stock_getitem = kernel.FakeCUDAKernel.__getitem__
     kernel.FakeCUDAKernel.__getitem__ = _configured_copy
-    _check_negative_indices()
+    watch.install()  # bounds named with block, thread and line; accesses reported to a trace or sanitizer
+    _launches(kernel)
     _accept_forceinline()
     kernel._workbook_simulator_installed = True
+    if os.environ.get(SANITIZE_ENV, "").strip() not in ("", "0"):  # every launch of this process sanitized
+        watch._listeners.append(Sanitizer())
 
 
 _stock_getitem = None
@@ -134,6 +141,33 @@ def _configured_copy(self, configuration):
     later (`launches = [k[g, b, s] for s in streams]`) would all run with the last configuration.
     """
     return _stock_getitem(copy.copy(self), configuration)
+
+
+_launch_numbers = itertools.count(1)
+
+
+def _launches(kernel):
+    """Each kernel launch tells the registered listeners (watch.py) where it starts and ends: a
+    trace counts per launch, the sanitizer forgets a launch's accesses after it."""
+    stock_call = kernel.FakeCUDAKernel.__call__
+
+    def call(self, *args):
+        if self._device or kernel._kernel_context or not watch.active():
+            return stock_call(self, *args)
+        number = next(_launch_numbers)
+        for listener in list(watch._listeners):
+            listener.launch_started(number, self)
+        try:
+            result = stock_call(self, *args)
+        except BaseException:
+            for listener in list(watch._listeners):
+                listener.launch_ended(number, self, failed=True)
+            raise
+        for listener in list(watch._listeners):
+            listener.launch_ended(number, self)  # the sanitizer may raise what it found at the end
+        return result
+
+    kernel.FakeCUDAKernel.__call__ = call
 
 
 def _accept_forceinline():
@@ -164,40 +198,3 @@ def _accept_forceinline():
         return decorate
 
     api.jit = simulator.jit = numba.cuda.jit = jit
-
-
-def _negative_index(index):
-    """The first negative integer in an index (an int or a tuple of them), else None."""
-    for value in index if isinstance(index, tuple) else (index,):
-        if isinstance(value, int | np.integer) and not isinstance(value, bool) and value < 0:
-            return value
-    return None
-
-
-def _check_negative_indices():
-    """Inside a kernel, a negative index of a device array is an error naming the block, the thread and
-    the index. NumPy (and numba on a GPU) would read from the end of the array, x[n - 1] for x[-1]:
-    silently, and almost never what a kernel means (`x[i - 1]` at i = 0)."""
-    from numba.cuda.simulator.cudadrv import devicearray
-
-    within = devicearray.FakeWithinKernelCUDAArray
-    stock_get, stock_set = within.__getitem__, within.__setitem__
-
-    def refuse(self, index, verb):
-        me = threading.current_thread()
-        where = (f"block {tuple(me.blockIdx)}, thread {tuple(me.threadIdx)}" if isinstance(me, _Thread)
-                 else "a kernel")
-        raise IndexError(f"{where} {verb} index {index} of an array of shape {self._item.shape}: a negative "
-                         "index is out of bounds (numba on a GPU would silently use the end of the array)")
-
-    def getitem(self, index):
-        if _negative_index(index) is not None:
-            refuse(self, index, "reads")
-        return stock_get(self, index)
-
-    def setitem(self, index, value):
-        if _negative_index(index) is not None:
-            refuse(self, index, "writes")
-        return stock_set(self, index, value)
-
-    within.__getitem__, within.__setitem__ = getitem, setitem

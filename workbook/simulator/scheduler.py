@@ -9,6 +9,7 @@ Nothing polls. When every live thread of a block waits and nothing can be releas
 raises WarpDeadlockError with a report of who waits where (see the package docstring).
 """
 
+import itertools
 import os
 import struct
 import sys
@@ -95,6 +96,7 @@ class _Warp:
         self.live = self.existing  # existing lanes that have not exited
         self.running = lanes  # live lanes not waiting for anything
         self.pending = {}  # (kind, mask) -> _Collective still missing some lanes
+        self.syncs = 0  # syncwarp() calls completed: what orders the warp's memory accesses (sanitizer.py)
         self.at_activemask = {}  # call site -> lanes waiting there for the warp to settle
 
 
@@ -176,6 +178,7 @@ class _Thread(threading.Thread):
         return 1 if count else 0
 
 
+_block_serials = itertools.count()
 _IDLE = []  # pooled threads waiting for a CUDA thread to play (list.append/pop are atomic)
 
 
@@ -206,6 +209,8 @@ class BlockScheduler:
         self.args = args
         self.strict = strict_mode()
         self.block_idx = tuple(grid_point)
+        self.serial = next(_block_serials)  # names this block's accesses in a trace or the sanitizer
+        self.barriers = 0  # syncthreads completed so far: what orders the block's memory accesses
         self.warps = [_Warp(w, min(WARP_SIZE, n_threads - w * WARP_SIZE)) for w in range(-(-n_threads // WARP_SIZE))]
         self.live = n_threads
         self.running = n_threads
@@ -280,12 +285,15 @@ class BlockScheduler:
         return self._sleep(me)
 
     def thread_failed(self, me, error, traceback):
-        where = f"tid={list(me.threadIdx)} ctaid={list(me.blockIdx)}"
-        message = f"{where}: {error}" if str(error) else where
-        try:
-            wrapped = type(error)(message)
-        except Exception:  # an exception type whose constructor wants more than a message
-            wrapped = RuntimeError(message)
+        if getattr(error, "names_thread", False):  # the message already says which (watch.py, sanitizer.py)
+            wrapped = error
+        else:
+            where = f"tid={list(me.threadIdx)} ctaid={list(me.blockIdx)}"
+            message = f"{where}: {error}" if str(error) else where
+            try:
+                wrapped = type(error)(message)
+            except Exception:  # an exception type whose constructor wants more than a message
+                wrapped = RuntimeError(message)
         with self.lock:
             self._fail(wrapped, traceback)
 
@@ -349,6 +357,8 @@ class BlockScheduler:
     def _complete(self, call, me):
         """Every live lane named in the mask has arrived: compute each lane's result and wake the others."""
         results = _RESOLVERS[call.kind](call, self)
+        if call.kind == "syncwarp":
+            next(iter(call.calls.values()))[0].warp.syncs += 1
         skipped = self._skipped_by_exited_lanes(call) if self.strict and call.kind in ("vote", "match") else None
         if skipped is not None:
             results = dict.fromkeys(results, _Raise(skipped))
@@ -379,6 +389,7 @@ class BlockScheduler:
 
     def _open_barrier(self, me):
         arrivals, self.at_barrier = self.at_barrier, []
+        self.barriers += 1
         voters = [predicate for _, predicate in arrivals if predicate is not None]
         outcome = (sum(voters), len(voters))
         for thread, _ in arrivals:

@@ -1,0 +1,175 @@
+"""The simulator's sanitizer (workbook/simulator/sanitizer.py) and bounds checks (watch.py): races
+on shared and global memory, reads of unwritten shared memory and out-of-bounds indices, each named
+with the kernel, the threads, the source lines and the array, the way compute-sanitizer would."""
+
+import workbook  # first: applies WORKBOOK_DEVICE before numba.cuda is imported
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numba import cuda
+
+pytestmark = pytest.mark.skipif(workbook.ON_GPU, reason="the simulator's sanitizer (on a GPU: compute-sanitizer)")
+
+if not workbook.ON_GPU:
+    from workbook.simulator import RaceError, UninitializedReadError, sanitizing
+
+
+@cuda.jit
+def reverse(x, out, sync):
+    s = cuda.shared.array(64, np.float32)
+    t = cuda.threadIdx.x
+    s[t] = x[t]
+    if sync:
+        cuda.syncthreads()
+    out[t] = s[63 - t]
+
+
+@cuda.jit
+def half_written(x, out):
+    s = cuda.shared.array(64, np.float32)
+    t = cuda.threadIdx.x
+    if t < 32:
+        s[t] = x[t]
+    cuda.syncthreads()
+    out[t] = s[63 - t]
+
+
+@cuda.jit
+def running_max(x, flag):
+    i = cuda.grid(1)
+    if i < x.size:
+        flag[0] = max(flag[0], x[i])  # read-modify-write from every thread: a race
+
+
+@cuda.jit
+def set_flag(x, flag):
+    i = cuda.grid(1)
+    if i < x.size and x[i] > 10:
+        flag[0] = 1  # every writer writes the same value: not reported
+
+
+@cuda.jit
+def atomic_max(x, flag):
+    i = cuda.grid(1)
+    if i < x.size:
+        cuda.atomic.max(flag, 0, x[i])
+
+
+@cuda.jit
+def neighbour_in_warp(x, out, sync):
+    s = cuda.shared.array(32, np.float32)
+    lane = cuda.threadIdx.x
+    s[lane] = x[lane]
+    if sync:
+        cuda.syncwarp()
+    out[lane] = s[(lane + 1) % 32]
+
+
+def test_a_missing_syncthreads_is_a_race_naming_both_threads_lines_and_the_array():
+    x = np.arange(64, dtype=np.float32)
+    with sanitizing(), pytest.raises(RaceError) as race:
+        reverse[1, 64](x, np.zeros_like(x), False)
+    message = str(race.value)
+    assert re.search(r"race on shared array s\[\d+\] in kernel 'reverse': thread \(\d+, 0, 0\) of block \(0, 0, 0\) "
+                     r"(wrote|read) it at test_sanitizer.py:\d+, and thread \(\d+, 0, 0\) .* with no syncthreads\(\) "
+                     r"between them", message), message
+    lines = {int(n) for n in re.findall(r"test_sanitizer.py:(\d+)", message)}
+    source = Path(__file__).read_text().splitlines()
+    assert {source[n - 1].strip() for n in lines} == {"s[t] = x[t]", "out[t] = s[63 - t]"}
+
+
+def test_the_same_kernel_with_its_syncthreads_is_clean():
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros_like(x)
+    with sanitizing():
+        reverse[1, 64](x, out, True)
+    np.testing.assert_array_equal(out, x[::-1])
+
+
+def test_a_read_of_shared_memory_no_thread_wrote_is_named():
+    x = np.arange(64, dtype=np.float32)
+    with sanitizing(), pytest.raises(UninitializedReadError, match=r"kernel 'half_written': thread \(\d+, 0, 0\) of "
+                                     r"block \(0, 0, 0\) reads shared array s\[\d+\] at test_sanitizer.py:\d+ before "
+                                     r"any thread of its block wrote it"):
+        half_written[1, 64](x, np.zeros_like(x))
+
+
+def test_a_read_modify_write_of_global_memory_is_a_race_whatever_the_scheduler_does():
+    x = np.arange(40, dtype=np.float32)
+    with sanitizing(), pytest.raises(RaceError, match=r"race on global array flag\[0\] in kernel 'running_max'"):
+        running_max[2, 32](x, np.zeros(1, np.float32))
+
+
+def test_two_blocks_are_never_ordered():
+    x = np.arange(40, dtype=np.float32)
+    with sanitizing(), pytest.raises(RaceError, match="two blocks of one launch are never ordered"):
+        running_max[40, 1](x, np.zeros(1, np.float32))
+
+
+def test_same_value_writes_and_atomics_are_not_races():
+    x = np.arange(40, dtype=np.float32)
+    flag = np.zeros(1, np.float32)
+    with sanitizing():
+        set_flag[2, 32](x, flag)
+        atomic_max[2, 32](x, flag)
+    assert flag[0] == 39
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_lanes_of_one_warp_need_a_syncwarp(sync):
+    x = np.arange(32, dtype=np.float32)
+    out = np.zeros_like(x)
+    with sanitizing():
+        if sync:
+            neighbour_in_warp[1, 32](x, out, True)
+            np.testing.assert_array_equal(out, np.roll(x, -1))
+            return
+        with pytest.raises(RaceError, match=r"with no syncwarp\(\) or syncthreads\(\) between them"):
+            neighbour_in_warp[1, 32](x, out, False)
+
+
+def test_the_chapter_04_tiled_gemm_without_its_second_barrier_is_named(tmp_path):
+    """The tiles of step k+1 overwrite those of step k while slower threads still read them."""
+    from workbook import exercises as ex
+
+    source = (Path(workbook.results.ROOT) / "chapters/ch04_implicit_gemm/solutions.py").read_text()
+    barrier = "        cuda.syncthreads()  # everyone is done with them before the next step overwrites them\n"
+    assert source.count(barrier) == 1
+    module = ex.load_source(source.replace(barrier, ""), tmp_path, "gemm_without_second_barrier")
+    a = np.random.default_rng(1).standard_normal((9, 20), dtype=np.float32)
+    b = np.random.default_rng(2).standard_normal((20, 7), dtype=np.float32)
+    da, db = cuda.to_device(a), cuda.to_device(b)
+    with sanitizing(), pytest.raises(RaceError, match=r"race on shared array [ab]_tile\[\d, \d\] in kernel "
+                                     r"'gemm_tiled_kernel'"):
+        module.gemm_tiled(da, db, cuda.device_array((9, 7), np.float32))
+    c = cuda.device_array((9, 7), np.float32)
+    with sanitizing():  # the chapter's own kernel is clean
+        ex.load("ch04", "solutions").gemm_tiled(da, db, c)
+    np.testing.assert_allclose(c.copy_to_host(), a @ b, rtol=1e-4, atol=1e-5)
+
+
+@cuda.jit
+def shift_right(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = x[i + 1]  # x[n] at i = n - 1
+
+
+def test_an_index_past_the_end_is_named_with_kernel_block_thread_line_and_array():
+    x = np.arange(40, dtype=np.float32)
+    with pytest.raises(IndexError, match=r"kernel 'shift_right', block \(1, 0, 0\), thread \(7, 0, 0\) reads "
+                                         r"x\[40\] of shape \(40,\) at test_sanitizer.py:\d+: index 40 is past "
+                                         r"the end of axis 0 \(size 40\)"):
+        shift_right[2, 32](x, np.zeros_like(x))
+
+
+def test_an_exercise_check_names_a_race_as_the_sanitizer_found_it():
+    from workbook.exercises import _message, strict_simulator
+
+    x = np.arange(64, dtype=np.float32)
+    with strict_simulator(), pytest.raises(RaceError) as race:
+        reverse[1, 64](x, np.zeros_like(x), False)
+    assert _message(race.value).startswith("not what a GPU guarantees (sanitizer):\nrace on shared array s[")

@@ -1,0 +1,226 @@
+"""What a kernel's memory accesses cost, measured in the simulator: no GPU needed.
+
+    from workbook import memtrace
+    with memtrace.trace() as t:          # off unless asked for: plain runs keep their speed
+        kernel[blocks, threads](x, out)
+    t.show()                             # per kernel and source line, like Nsight Compute's source view
+    t.kernels()["kernel"]                # the same figures as a dict
+
+The simulator runs every thread, so it sees every access (simulator/watch.py). A GPU does not
+serve threads one by one: the 32 lanes of a warp execute a load together, and the memory system
+sees one *request* per warp and instruction. The trace groups accesses the same way: the lanes of
+one warp at the same point of the kernel (the same bytecode of the same line), the k-th time each
+lane got there, form one request.
+
+Global memory moves 32-byte *sectors*. A request costs the distinct sectors its lanes touch:
+
+    x[i], 4-byte floats, lanes 0..31 at i = 0..31      ->  128 bytes in  4 sectors   (4 per request)
+    x[32 * i]  (a stride of 32 elements)                ->  32 sectors for 128 useful bytes
+    load4(x, 4 * i)  (16 bytes a lane)                  ->  512 bytes in 16 sectors  (16, all used)
+
+Shared memory has 32 banks of 4-byte words. A request takes one pass (a wavefront) per distinct
+word that any bank must deliver, the most over the banks; lanes reading the same word share it (a
+broadcast). 8- and 16-byte accesses are served a half and a quarter warp per pass. Bank conflicts
+are the passes beyond the fewest possible (Nsight Compute's l1tex__data_bank_conflicts_*):
+
+    s[lane] (4 bytes)            32 lanes -> 32 banks            1 pass,  0 conflicts
+    s[lane * 32]  (a column)     32 lanes -> bank 0, 32 words   32 passes, 31 conflicts
+    s[0]                         32 lanes -> one word            1 pass (broadcast)
+
+Addresses are taken from each array's start, which the model assumes 256-byte aligned, as
+cudaMalloc's are; an access's offset in a view counts from its allocation.
+"""
+
+import collections
+import contextlib
+import threading
+
+from .simulator import watch
+
+WARP = 32
+SECTOR = 32
+BANKS = 32
+LOAD, STORE = "ld", "st"
+GLOBAL, SHARED = "global", "shared"
+
+
+@contextlib.contextmanager
+def trace():
+    """Record every global and shared access of the kernels launched inside (simulator only)."""
+    import workbook
+
+    if workbook.ON_GPU:
+        raise RuntimeError("memtrace.trace() runs in the simulator (WORKBOOK_DEVICE=sim): on a GPU use "
+                           "Nsight Compute, whose counters it models")
+    recorder = Trace()
+    with watch.listening(recorder):
+        yield recorder
+
+
+class Trace:
+    """The accesses of the kernels launched while it listened, grouped into warp-level requests."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._occurrence = collections.Counter()  # (block, thread, code, lasti) -> times reached
+        self._roots = {}  # id -> allocation, kept alive so that ids stay unique
+        self._requests = {}  # request key -> Request
+        self.launches = collections.Counter()  # kernel name -> launches traced
+        self.threads = collections.defaultdict(collections.Counter)  # (kernel, block, thread) -> counts
+
+    # -- listener interface (simulator/watch.py) ---------------------------------------------------
+
+    def launch_started(self, number, kernel):
+        self.launches[kernel.py_func.__name__] += 1
+
+    def launch_ended(self, number, kernel, failed=False):
+        pass
+
+    def access(self, a):
+        me = a.thread
+        block = me.block
+        kernel = block.kernel.__name__
+        # Where in the kernel: the line, the array and the direction. (The bytecode offset would
+        # split `x[i] + y[i]` better, but Python's specialising interpreter moves it between runs
+        # of the same line.) The k-th such access of each lane falls in the k-th request.
+        site = (a.code, a.line, id(a.root), a.op)
+        with self._lock:
+            occurrence_key = (block.serial, me.thread_id) + site
+            occurrence = self._occurrence[occurrence_key]
+            self._occurrence[occurrence_key] = occurrence + 1
+            self._roots[id(a.root)] = a.root
+            key = (block.serial, me.thread_id // WARP, site, occurrence, a.space)
+            request = self._requests.get(key)
+            if request is None:
+                request = self._requests[key] = Request(kernel, a.code.co_filename, a.line, a.space, a.op,
+                                                        tuple(block.block_idx), me.thread_id // WARP)
+            request.lanes.append((me.lane, id(a.root), a.offset, a.size))
+            self.threads[(kernel, tuple(me.blockIdx), tuple(me.threadIdx))][f"{a.space} {a.op}"] += 1
+
+    # -- what it measured ---------------------------------------------------------------------------
+
+    def requests(self, kernel=None):
+        return [r for r in self._requests.values() if kernel is None or r.kernel == kernel]
+
+    def lines(self, kernel=None):
+        """{(kernel, file, line, space, op): Totals} - the source view."""
+        totals = {}
+        for r in self.requests(kernel):
+            key = (r.kernel, r.file, r.line, r.space, r.op)
+            totals.setdefault(key, Totals()).add(r)
+        return dict(sorted(totals.items(), key=lambda item: (item[0][0], item[0][2], item[0][3], item[0][4])))
+
+    def kernels(self):
+        """{kernel: {"global ld": Totals, "global st": ..., "shared ld": ..., "shared st": ...}}."""
+        result = {}
+        for r in self._requests.values():
+            result.setdefault(r.kernel, {}).setdefault(f"{r.space} {r.op}", Totals()).add(r)
+        return result
+
+    def per_thread(self, kernel):
+        """{(block, thread): Counter({"global ld": n, ...})} for one kernel."""
+        return {(b, t): counts for (k, b, t), counts in self.threads.items() if k == kernel}
+
+    def show(self, console=None, kernel=None):
+        """Print the source view: per kernel and line, requests, sectors per request, efficiency,
+        shared-memory wavefronts and bank conflicts."""
+        from rich.table import Table
+
+        from . import tables
+
+        console = console or tables.console()
+        for name, spaces in self.kernels().items():
+            if kernel is not None and name != kernel:
+                continue
+            table = Table(title=f"{name}: {self.launches[name]} launch(es), memory as the simulator traced it",
+                          title_justify="left")
+            for column in ("line", "access", "requests", "sectors/req", "bytes used/moved", "bank confl."):
+                table.add_column(column, justify="left" if column in ("line", "access") else "right")
+            for (k, file, line, space, op), totals in self.lines(name).items():
+                table.add_row(f"{file.rsplit('/', 1)[-1]}:{line}", f"{space} {op}", str(totals.requests),
+                              *totals.cells())
+            for label, totals in sorted(spaces.items()):
+                table.add_row("[bold]all", label, str(totals.requests), *totals.cells())
+            console.print(table)
+
+
+class Request:
+    """One warp-level access: the lanes of one warp at one point of the kernel, one time."""
+
+    __slots__ = ("kernel", "file", "line", "space", "op", "block", "warp", "lanes")
+
+    def __init__(self, kernel, file, line, space, op, block, warp):
+        self.kernel, self.file, self.line, self.space, self.op = kernel, file, line, space, op
+        self.block, self.warp = block, warp
+        self.lanes = []  # (lane, allocation id, byte offset, bytes)
+
+    @property
+    def bytes_requested(self):
+        return sum(size for _, _, _, size in self.lanes)
+
+    def sectors(self):
+        """The distinct 32-byte sectors the lanes touch: what global memory moves for the request."""
+        return {(root, sector) for _, root, offset, size in self.lanes
+                for sector in range(offset // SECTOR, (offset + size - 1) // SECTOR + 1)}
+
+    def wavefronts(self):
+        """(passes, fewest passes) of a shared-memory request: see the module's docstring."""
+        width = max(size for _, _, _, size in self.lanes)
+        per_pass = WARP * 4 // max(4, width)  # lanes served together: 32, 16 (8 B) or 8 (16 B)
+        phases = collections.defaultdict(lambda: collections.defaultdict(set))  # phase -> bank -> words
+        for lane, root, offset, size in self.lanes:
+            for word in range(offset // 4, (offset + max(size, 1) - 1) // 4 + 1):
+                phases[lane // per_pass][word % BANKS].add((root, word))
+        passes = sum(max(len(words) for words in banks.values()) for banks in phases.values())
+        return passes, len(phases)
+
+
+class Totals:
+    """Requests added up: a line's or a kernel's."""
+
+    def __init__(self):
+        self.requests = self.sectors = self.requested = 0
+        self.passes = self.fewest = 0
+        self.space = None
+
+    def add(self, request):
+        self.space = request.space
+        self.requests += 1
+        self.requested += request.bytes_requested
+        if request.space == GLOBAL:
+            self.sectors += len(request.sectors())
+        else:
+            passes, fewest = request.wavefronts()
+            self.passes += passes
+            self.fewest += fewest
+
+    @property
+    def sectors_per_request(self):
+        return self.sectors / self.requests if self.requests else 0.0
+
+    @property
+    def moved(self):
+        return self.sectors * SECTOR
+
+    @property
+    def efficiency(self):
+        """Bytes the lanes asked for over bytes moved (global memory)."""
+        return min(1.0, self.requested / self.moved) if self.moved else None
+
+    @property
+    def conflicts(self):
+        """Shared memory: passes beyond the fewest (Nsight Compute's bank conflicts)."""
+        return self.passes - self.fewest
+
+    def cells(self):
+        if self.space == GLOBAL:
+            return (f"{self.sectors_per_request:.1f}", f"{self.requested}/{self.moved} ({self.efficiency:.0%})", "-")
+        return ("-", f"{self.requested} B", f"{self.conflicts} ({self.passes / self.requests:.1f} passes/req)")
+
+    def as_dict(self):
+        if self.space == GLOBAL:
+            return {"requests": self.requests, "sectors": self.sectors,
+                    "sectors_per_request": round(self.sectors_per_request, 3),
+                    "bytes_requested": self.requested, "bytes_moved": self.moved}
+        return {"requests": self.requests, "wavefronts": self.passes, "bank_conflicts": self.conflicts,
+                "bytes_requested": self.requested}

@@ -1,0 +1,175 @@
+"""A sanitizer for the simulator, in the spirit of compute-sanitizer's racecheck and initcheck.
+
+    with sanitizing():          # on in every exercise check (workbook.exercises.strict_simulator)
+        kernel[blocks, threads](...)
+
+While it listens (simulator/watch.py hands it every element access), it stops a launch at the
+first access a GPU does not order, with an error naming the kernel, both threads, both source
+lines, the array and the index:
+
+- **a race**: one thread writes a word that another thread reads or writes, with nothing between
+  them that orders the two: no syncthreads() in their block, no syncwarp() in their warp, and never
+  anything between two blocks of one launch. Shared memory, and global memory within a block and
+  across blocks. Two writes of the same value are not reported (a flag every block sets to 1);
+  atomics are not accesses here.
+- **an uninitialized read**: a shared-memory word read before any thread of the block wrote it
+  (on a GPU: whatever the previous block left there; the simulator's shared arrays keep the last
+  block's values, so without this check such a kernel can look right).
+
+How "ordered" is decided: each block counts its completed syncthreads() and each warp its
+completed syncwarp() calls (scheduler.py). An access remembers both counts; two accesses of one
+block with different barrier counts have a syncthreads() between them, two of one warp with
+different syncwarp counts a syncwarp(). A syncwarp with a partial mask counts for the whole warp
+here, a simplification that can hide a race between lanes it left out.
+"""
+
+import sys
+import threading
+
+from .watch import array_name, named
+
+
+class RaceError(RuntimeError):
+    """Two threads of a launch touch one word, at least one writing, with nothing ordering them."""
+
+
+class UninitializedReadError(RuntimeError):
+    """A thread reads a shared-memory word no thread of its block has written."""
+
+
+def sanitizing():
+    """A context in which every kernel launch is sanitized (a no-op on a GPU)."""
+    from . import watch
+
+    return watch.listening(Sanitizer())
+
+
+class _Stamp:
+    """Who touched a word, and when in the block's and the warp's synchronisation."""
+
+    __slots__ = ("serial", "thread", "barriers", "warp", "syncs", "where", "block_idx", "thread_idx", "value")
+
+    def __init__(self, access):
+        me = access.thread
+        self.serial, self.thread = me.block.serial, me.thread_id
+        self.barriers, self.warp, self.syncs = me.block.barriers, me.warp.index, me.warp.syncs
+        self.where = access.where
+        self.block_idx, self.thread_idx = tuple(me.blockIdx), tuple(me.threadIdx)
+        self.value = access.value
+
+    def same_thread(self, other):
+        return self.serial == other.serial and self.thread == other.thread
+
+    def unordered(self, other):
+        """True if nothing orders the two accesses (see the module docstring)."""
+        if self.serial != other.serial:
+            return True  # two blocks of one launch: nothing orders them
+        if self.barriers != other.barriers:
+            return False
+        return self.warp != other.warp or self.syncs == other.syncs
+
+    def who(self, verb):
+        return f"thread {self.thread_idx} of block {self.block_idx} {verb} it at {self.where}"
+
+
+class _Word:
+    __slots__ = ("write", "reads")
+
+    def __init__(self):
+        self.write, self.reads = None, []
+
+
+class Sanitizer:
+    """The listener: words touched in the current launch, checked at every access."""
+
+    MAX_READERS = 4  # per word: enough to find one unordered reader other than a writer
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self):
+        self.words = {}  # (allocation id, block serial or None, byte offset) -> _Word
+        self.written = set()  # (allocation id, block serial, byte offset) of shared words written
+        self.roots = {}  # allocation id -> allocation, kept alive so that ids stay unique
+        self.uninitialized = None  # the first read of an unwritten shared word, as a message
+
+    def launch_started(self, number, kernel):
+        with self._lock:
+            self._reset()
+
+    def launch_ended(self, number, kernel, failed=False):
+        with self._lock:
+            uninitialized = self.uninitialized
+            self._reset()
+        if uninitialized and not failed:
+            raise UninitializedReadError(uninitialized)
+
+    def access(self, a):
+        shared = a.space == "shared"
+        serial = a.thread.block.serial
+        stamp = _Stamp(a)
+        granules = range(a.offset, a.offset + a.size, 4) if a.size > 4 else (a.offset,)
+        with self._lock:
+            self.roots[id(a.root)] = a.root
+            for offset in granules:
+                if (shared and a.op == "ld" and self.uninitialized is None
+                        and (id(a.root), serial, offset) not in self.written):
+                    # Reported when the launch ends, unless a race on the word is reported first
+                    # (another thread writing it with nothing in between: the read came too early).
+                    self.uninitialized = (
+                        f"kernel '{a.thread.block.kernel.__name__}': thread {stamp.thread_idx} of block "
+                        f"{stamp.block_idx} reads {_name(a)} at {a.where} before any thread of its block "
+                        "wrote it (on a GPU: whatever was there before)")
+                word = self.words.setdefault((id(a.root), serial if shared else None, offset), _Word())
+                if a.op == "ld":
+                    self._read(a, word, stamp)
+                else:
+                    self._write(a, word, stamp)
+                    if shared:
+                        self.written.add((id(a.root), serial, offset))
+
+    def _read(self, a, word, stamp):
+        w = word.write
+        if w is not None and not w.same_thread(stamp) and w.unordered(stamp):
+            raise _race(a, w.who("wrote"), stamp.who("reads"), w, stamp)
+        reads = [r for r in word.reads if not (r.serial == stamp.serial and
+                                                (r.barriers != stamp.barriers or r.thread == stamp.thread))]
+        if len(reads) < self.MAX_READERS:
+            reads.append(stamp)
+        word.reads = reads
+
+    def _write(self, a, word, stamp):
+        w = word.write
+        if (w is not None and not w.same_thread(stamp) and w.unordered(stamp)
+                and not _same_value(w.value, stamp.value)):
+            raise _race(a, w.who("wrote"), stamp.who("writes"), w, stamp)
+        for r in word.reads:
+            if not r.same_thread(stamp) and r.unordered(stamp):
+                raise _race(a, r.who("read"), stamp.who("writes"), r, stamp)
+        word.write = stamp
+
+
+def _same_value(a, b):
+    try:
+        return a is not None and b is not None and (a == b or (a != a and b != b))
+    except (TypeError, ValueError):
+        return False
+
+
+def _race(a, first, second, earlier, now):
+    between = ("two blocks of one launch are never ordered" if earlier.serial != now.serial
+               else "with no syncthreads() between them" if earlier.warp != now.warp
+               else "with no syncwarp() or syncthreads() between them")
+    return named(RaceError(f"race on {_name(a)} in kernel '{a.thread.block.kernel.__name__}': {first}, and "
+                           f"{second}, {between}"))
+
+
+def _name(a):
+    """'shared array sA[3, 5]' (the kernel's own name for the array, where one of its variables holds it)."""
+    index = ", ".join(str(v) for v in a.index) if isinstance(a.index, tuple) else str(a.index)
+    frame = sys._getframe(0)
+    while frame is not None and frame.f_code is not a.code:
+        frame = frame.f_back
+    name = array_name(frame, a.root) if frame is not None else None
+    return f"{a.space} array {name or ''}[{index}]"

@@ -1,0 +1,276 @@
+"""What the simulator sees of a kernel's memory: every read and write of a device array or a shared
+array, by which simulated thread, at which point of the kernel's source.
+
+The simulator runs a kernel as Python, so every `x[i]` inside it is a call to the array's
+`__getitem__`. `install()` wraps those calls. Always: a negative index, or one past the end, is an
+error naming the kernel, the block, the thread and the source line (NumPy would wrap -1 to the last
+element silently; numba on a GPU reads whatever lies there). And while a *listener* is registered
+(the memory trace, `workbook.memtrace`; the sanitizer, `sanitizer.py`), each element access is
+handed to it as an `Access`:
+
+    kernel line 12:   out[i] = x[i] * 2.0
+                      |        '- Access(op="ld", space="global", array=x, offset=4*i, size=4, ...)
+                      '- Access(op="st", space="global", array=out, offset=4*i, size=4, value=...)
+
+Shared arrays are plain NumPy arrays in numba's simulator; while a listener is registered,
+`cuda.shared.array` hands the kernel a thin wrapper (`SharedArray`) that reports the same way.
+The 16-byte accesses of `workbook.memory` report one access of 16 bytes, as the hardware makes it.
+Accesses inside `cuda.atomic.*` are not reported: atomics do not race, and their traffic is not
+what the lessons count. With no listener, a plain run pays one list test per access.
+"""
+
+import sys
+import threading
+
+import numpy as np
+
+_listeners = []  # objects with .access(Access) and .launch_ended(); see listening()
+_local = threading.local()  # .atomic: inside a cuda.atomic.* call
+
+
+def listening(listener):
+    """Register a listener (a context manager: `with listening(trace): kernel[...](...)`)."""
+    return _Listening(listener)
+
+
+class _Listening:
+    def __init__(self, listener):
+        self.listener = listener
+
+    def __enter__(self):
+        _listeners.append(self.listener)
+        return self.listener
+
+    def __exit__(self, *exc):
+        _listeners.remove(self.listener)
+
+
+def active():
+    return bool(_listeners)
+
+
+class Access:
+    """One element access of one simulated thread (a 16-byte vector access is one Access)."""
+
+    __slots__ = ("thread", "space", "op", "array", "root", "offset", "size", "index", "value", "code", "line")
+
+    def __init__(self, thread, space, op, array, root, offset, size, index, value, frame):
+        self.thread, self.space, self.op = thread, space, op
+        self.array, self.root, self.offset, self.size = array, root, offset, size
+        self.index, self.value = index, value
+        self.code, self.line = frame.f_code, frame.f_lineno
+
+    @property
+    def where(self):
+        """'kernel.py:41' - the source line of the access."""
+        return f"{self.code.co_filename.rsplit('/', 1)[-1]}:{self.line}"
+
+    def __repr__(self):
+        return (f"Access({self.op} {self.space} +{self.offset} [{self.size} B] by thread "
+                f"{tuple(self.thread.threadIdx)} of block {tuple(self.thread.blockIdx)} at {self.where})")
+
+
+def root_of(array):
+    """The allocation an array (or a view of one) lives in, and the view's byte offset in it."""
+    root = array
+    while True:
+        base = root.base
+        if isinstance(base, memoryview) and isinstance(base.obj, np.ndarray):
+            base = base.obj
+        if not isinstance(base, np.ndarray):
+            break
+        root = base
+    return root, array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+
+
+def element_offset(array, index):
+    """Byte offset of array[index] from the array's first element, or None when the index selects
+    more than one element (a slice or a row: a view, not an access)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    if len(index) != array.ndim:
+        return None
+    offset = 0
+    for value, stride in zip(index, array.strides, strict=True):
+        if not isinstance(value, int | np.integer) or isinstance(value, bool | np.bool_):
+            return None
+        offset += int(value) * stride
+    return offset
+
+
+def report(space, op, array, index, value=None, size=None, depth=2):
+    """Hand one access of array[index] (an element, or `size` bytes from it) to the listeners."""
+    me = threading.current_thread()
+    if getattr(_local, "atomic", False) or not hasattr(me, "block"):
+        return
+    offset = element_offset(array, index)
+    if offset is None:
+        return
+    root, base = root_of(array)
+    access = Access(me, space, op, array, root, base + offset, size or array.itemsize, index, value,
+                    sys._getframe(depth))
+    for listener in list(_listeners):
+        listener.access(access)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounds: always on
+
+
+def _bad_index(array, index):
+    """Why array[index] is out of bounds (a negative or too large integer), or None."""
+    for axis, value in enumerate(index if isinstance(index, tuple) else (index,)):
+        if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+            if value < 0:
+                return f"index {value} is negative"
+            if axis < array.ndim and value >= array.shape[axis]:
+                return f"index {value} is past the end of axis {axis} (size {array.shape[axis]})"
+    return None
+
+
+def out_of_bounds(array, index, verb, space, depth=2):
+    """An IndexError naming the kernel, block, thread and source line of a bad access."""
+    me = threading.current_thread()
+    frame = sys._getframe(depth)
+    where = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+    who = (f"kernel '{me.block.kernel.__name__}', block {tuple(me.blockIdx)}, thread {tuple(me.threadIdx)}"
+           if hasattr(me, "block") else "a kernel")
+    reason = _bad_index(array, index) or "out of bounds"
+    name = array_name(frame, root_of(array)[0]) or f"{space} array"
+    return named(IndexError(f"{who} {verb} {name}[{_show(index)}] of shape {array.shape} at {where}: {reason} "
+                      "(on a GPU: a wrong value, a fault, or another array's data)"))
+
+
+def named(error):
+    """Mark an error whose message names its kernel, block and thread (the scheduler adds nothing)."""
+    error.names_thread = True
+    return error
+
+
+def array_name(frame, root):
+    """The name a kernel's frame gives an array living in `root` (its variable), or None."""
+    for name, value in frame.f_locals.items():
+        ary = value if isinstance(value, np.ndarray) else getattr(value, "_ary", None)
+        if isinstance(ary, np.ndarray) and root_of(ary)[0] is root:
+            return name
+    return None
+
+
+def _show(index):
+    return ", ".join(str(v) for v in index) if isinstance(index, tuple) else str(index)
+
+
+# ---------------------------------------------------------------------------------------------
+# The wrappers
+
+
+class SharedArray:
+    """A shared array as a kernel sees it while a listener is registered: NumPy indexing, reported."""
+
+    __slots__ = ("_ary",)
+
+    def __init__(self, ary):
+        self._ary = ary
+
+    def __getitem__(self, index):
+        ary = self._ary
+        if _bad_index(ary, index):
+            raise out_of_bounds(ary, index, "reads", "shared")
+        value = ary[index]
+        if _listeners:
+            report("shared", "ld", ary, index, value)
+        return value
+
+    def __setitem__(self, index, value):
+        ary = self._ary
+        if _bad_index(ary, index):
+            raise out_of_bounds(ary, index, "writes", "shared")
+        ary[index] = value
+        if _listeners:
+            report("shared", "st", ary, index, ary[index] if element_offset(ary, index) is not None else None)
+
+    def __getattr__(self, name):
+        return getattr(self._ary, name)
+
+    def __len__(self):
+        return len(self._ary)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._ary if dtype is None else self._ary.astype(dtype)
+
+
+def install():
+    """Wrap device-array indexing, cuda.shared.array and cuda.atomic.* (called by simulator.install())."""
+    from numba.cuda.simulator import kernelapi
+    from numba.cuda.simulator.cudadrv import devicearray
+
+    within = devicearray.FakeWithinKernelCUDAArray
+    stock_get, stock_set = within.__getitem__, within.__setitem__
+
+    def getitem(self, index):
+        ary = self._item._ary
+        if _bad_index(ary, index):
+            raise out_of_bounds(ary, index, "reads", "device")
+        value = stock_get(self, index)
+        if _listeners:
+            report("global", "ld", ary, index, value)
+        return value
+
+    def setitem(self, index, value):
+        ary = self._item._ary
+        if _bad_index(ary, index):
+            raise out_of_bounds(ary, index, "writes", "device")
+        stock_set(self, index, value)
+        if _listeners and element_offset(ary, index) is not None:
+            report("global", "st", ary, index, ary[index])
+
+    within.__getitem__, within.__setitem__ = getitem, setitem
+
+    def shared_array(self, shape, dtype, alignment=None):
+        """numba's FakeCUDAShared.array, with the caller found in one frame (the stock one formats
+        the whole stack at every call), wrapped while a listener is registered."""
+        if alignment is not None:
+            raise RuntimeError("Array alignment is not supported in cudasim")
+        if not isinstance(dtype, np.dtype):
+            from numba.np import numpy_support
+            dtype = numpy_support.as_dtype(dtype) if not isinstance(dtype, type) else np.dtype(dtype)
+        if shape == 0:  # dynamic shared memory: every such array is a view of one buffer
+            ary = np.frombuffer(self._dynshared.data, dtype=dtype, count=self._dynshared_size // dtype.itemsize)
+        else:
+            caller = sys._getframe(1)
+            key = (caller.f_code.co_filename, caller.f_lineno)
+            ary = self._allocations.get(key)
+            if ary is None:
+                ary = self._allocations[key] = np.empty(shape, dtype)
+        return SharedArray(ary) if _listeners else ary
+
+    kernelapi.FakeCUDAShared.array = shared_array
+
+    for name, method in list(vars(kernelapi.FakeCUDAAtomic).items()):
+        if callable(method) and not name.startswith("__"):
+            setattr(kernelapi.FakeCUDAAtomic, name, _unreported(method))
+
+
+def _unreported(method):
+    def atomic(*args, **kwargs):
+        _local.atomic = True
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _local.atomic = False
+
+    atomic.__name__ = method.__name__
+    return atomic
+
+
+def unreported():
+    """A context in which accesses are not reported (workbook.memory's atomic_add4)."""
+    return _Unreported()
+
+
+class _Unreported:
+    def __enter__(self):
+        _local.atomic = True
+
+    def __exit__(self, *exc):
+        _local.atomic = False
