@@ -76,9 +76,7 @@ def test_check_fails_on_the_untouched_stub(exercise, tmp_path, not_compiled):
     if len(stubs) != 1:
         pytest.skip("several regions: the stub is checked through the status")
     stub = _variant(exercise, stubs[0].code, tmp_path, f"{exercise.id}_stub")
-    if exercise.kind == "faster":
-        if not workbook.ON_GPU:
-            pytest.skip("a 'faster' stub is correct by design: its target is judged on a GPU only")
+    if exercise.kind == "faster":  # correct by design; too slow (on a GPU) or too much traffic (simulator)
         exercise.check(stub)
         ratio, what = exercise.speed(stub)
         assert ratio < exercise.target, f"the untouched stub already meets the target: {ratio:.2f} ({what})"

@@ -173,3 +173,71 @@ def test_an_exercise_check_names_a_race_as_the_sanitizer_found_it():
     with strict_simulator(), pytest.raises(RaceError) as race:
         reverse[1, 64](x, np.zeros_like(x), False)
     assert _message(race.value).startswith("not what a GPU guarantees (sanitizer):\nrace on shared array s[")
+
+
+@cuda.jit
+def search_that_never_ends(x, out):
+    i = cuda.grid(1)
+    lo, hi = 0, x.size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x[mid] <= i:
+            lo = mid  # should be mid + 1: once hi - lo == 1, nothing changes
+        else:
+            hi = mid
+    out[i] = lo
+
+
+def test_a_loop_that_never_ends_is_stopped_and_named(monkeypatch):
+    from workbook.simulator import TIME_LIMIT_ENV, KernelTimeoutError
+
+    monkeypatch.setenv(TIME_LIMIT_ENV, "1")
+    with pytest.raises(KernelTimeoutError, match=r"kernel 'search_that_never_ends' did not finish block \(0, 0, 0\) "
+                                                 r"within 1 s: thread \(\d, 0, 0\).* at test_sanitizer.py:\d+"):
+        search_that_never_ends[1, 8](np.arange(10, dtype=np.float32), np.zeros(8, np.int32))
+    out = np.zeros(8, np.int32)
+    shift_right[1, 8](np.arange(9, dtype=np.float32), np.zeros(8, np.float32))  # the pool's threads are free again
+    reverse[1, 64](np.arange(64, dtype=np.float32), np.zeros(64, np.float32), True)
+    assert out.sum() == 0
+
+
+def test_exercise_checks_have_a_time_limit():
+    from workbook.exercises import strict_simulator
+    from workbook.simulator.scheduler import block_time_limit
+
+    assert block_time_limit() is None
+    with strict_simulator():
+        assert block_time_limit() == 60
+
+
+@cuda.jit
+def sync_in_a_branch(x, out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        cuda.syncthreads()  # threads 16..63 skip it (and exit, so the simulator would not hang)
+    out[t] = x[t]
+
+
+@cuda.jit
+def sync_after_a_return(x, out):
+    i = cuda.grid(1)
+    if i >= x.size:
+        return
+    cuda.syncthreads()
+    out[i] = x[i]
+
+
+@pytest.mark.parametrize("kernel, line", [(sync_in_a_branch, "cuda.syncthreads()  # threads 16..63"),
+                                          (sync_after_a_return, "cuda.syncthreads()")])
+def test_a_syncthreads_some_threads_never_reach_is_named_in_strict_mode(kernel, line):
+    from workbook.exercises import strict_simulator
+    from workbook.simulator import StrictModeError
+
+    x = np.arange(40 if kernel is sync_after_a_return else 64, dtype=np.float32)
+    kernel[1, 64](x, np.zeros(64, np.float32))  # outside strict mode: as on a GPU that counts exited threads
+    with strict_simulator(), pytest.raises(StrictModeError) as error:
+        kernel[1, 64](x, np.zeros(64, np.float32))
+    message = str(error.value)
+    assert f"kernel '{kernel.__name__}', block (0, 0, 0)" in message and "never reached: they exited first" in message
+    number = int(re.search(r"wait in syncthreads\(\) at test_sanitizer.py:(\d+)", message)[1])
+    assert Path(__file__).read_text().splitlines()[number - 1].strip().startswith(line)

@@ -136,6 +136,29 @@ def compile_kernels(args):
     return 1 if errors or not records else 0
 
 
+def profile(args):
+    """An exercise's check run under the memory trace: its kernels' accesses, line by line."""
+    from workbook import exercises as ex
+    from workbook import memtrace
+
+    if workbook.ON_GPU:
+        print("`profile` traces in the simulator (WORKBOOK_DEVICE=sim); on a GPU, run Nsight Compute (ncu)")
+        return 2
+    found = {e.id: e for e in ex.all_exercises()}
+    if args.exercise not in found:
+        print(f"no exercise {args.exercise!r}; there are {', '.join(found)}")
+        return 2
+    exercise = found[args.exercise]
+    module = ex.load(exercise.chapter, "solutions" if args.solutions else "exercises")
+    with memtrace.trace() as trace:
+        result = ex.evaluate(exercise, module)
+    console = tables.console()
+    console.print(f"[bold]{exercise.id}[/] ({exercise.title}): {result.status}"
+                  + (f"\n{result.message}" if result.message and not result.passed else ""))
+    trace.show(console)
+    return 0 if result.passed else 1
+
+
 def handout(args):
     from workbook import handout as handouts
 
@@ -184,6 +207,10 @@ def main(argv=None):
     compile_parser.add_argument("--all", action="store_true",
                                 help="also the kernels the tests define (some are written not to compile)")
     compile_parser.set_defaults(func=compile_kernels)
+    profile_parser = commands.add_parser("profile", help="an exercise's memory accesses, traced in the simulator")
+    profile_parser.add_argument("exercise", help="an exercise id, e.g. ch01.1")
+    profile_parser.add_argument("--solutions", action="store_true", help="the reference answer instead of yours")
+    profile_parser.set_defaults(func=profile)
     handout_parser = commands.add_parser("handout", help="a copy of the workbook without solutions")
     handout_parser.add_argument("directory")
     handout_parser.add_argument("--force", action="store_true",

@@ -89,8 +89,12 @@ def argument_types(args):
     import numpy as np
     from numba import typeof
 
+    from numba.cuda.simulator.args import ArgHint
+
     typed = []
     for arg in args:
+        if isinstance(arg, ArgHint):  # cuda.In(x), cuda.InOut(x): the launch types the array itself
+            arg = arg.value
         host = getattr(arg, "_ary", arg)  # the simulator's device arrays wrap a NumPy array
         if isinstance(host, np.ndarray):
             typed.append(typeof(host))
@@ -116,6 +120,8 @@ class _Pickler:
                     if getattr(obj, "_forceinline", False):
                         options["forceinline"] = True
                     return (_rebuild, (obj.fn, options))
+                if isinstance(obj, type) and obj.__module__ == "numba.cuda.simulator.vector_types":
+                    return (_real_vector_type, (obj.__name__,))  # cuda.float32x2 as the simulator has it
                 return super().reducer_override(obj)
 
         self.pickler = Pickler
@@ -137,6 +143,12 @@ def _sources_by_name(fn):
     if getattr(module, "__file__", None):
         paths.add(Path(module.__file__))
     return b"".join(path.read_bytes() for path in sorted(paths))
+
+
+def _real_vector_type(name):
+    from numba import cuda
+
+    return getattr(cuda, name)
 
 
 def _rebuild(fn, options):
@@ -310,7 +322,12 @@ class Compiler:
             if key in self.seen:
                 answer = self.seen[key]
                 return lambda: answer
-            payload = self.pickler.dumps(kernel.fn)
+            try:
+                payload = self.pickler.dumps(kernel.fn)
+                pickle.dumps(argtypes)  # a namedtuple class made inside a function cannot travel
+            except Exception as error:  # noqa: BLE001  (the compile cannot run: not the kernel's fault)
+                answer = self.seen[key] = {"ok": None, "error": f"{type(error).__name__}: {error}"}
+                return lambda: answer
             digest = hashlib.sha256(payload + repr((argtypes, CCS, CACHE_FORMAT)).encode()
                                     + _sources_by_name(kernel.fn)).hexdigest()
             cached = CACHE / f"{digest}.json"
@@ -410,7 +427,7 @@ def check_launch(kernel, args, wait=True):
             os.environ["WORKBOOK_COMPILE"] = "0"
             return _nothing
         _compiler = Compiler()
-    argtypes = argument_types(args)
+    argtypes = getattr(kernel, "_declared", None) or argument_types(args)  # a declared signature wins
     if wait:
         return _judge(kernel, argtypes, _compiler.compile(kernel, argtypes))
     future = _background().submit(_compiler.start(kernel, argtypes))
@@ -434,8 +451,20 @@ def _background():
     return _pool
 
 
+def _missed_a_global(kernel, error):
+    """The worker's compile failed on a global it does not have, which this process's kernel does:
+    one set at run time (a test assigning `global cufoo`), the worker importing the module anew.
+    Not the kernel's fault."""
+    import re
+
+    missing = re.search(r"NameError: name '(\w+)' is not defined", error)
+    return bool(missing) and missing[1] in getattr(kernel.fn, "__globals__", {})
+
+
 def _judge(kernel, argtypes, answer):
     """Raise GPUCompileError if the GPU compiler rejected the kernel; say once if it could not run."""
+    if answer["ok"] is False and _missed_a_global(kernel, answer["error"]):
+        answer = dict(answer, ok=None)
     if answer["ok"] is None:
         fn = kernel.fn
         if fn not in _could_not_check:

@@ -271,6 +271,8 @@ def _message(error):
         return f"not what a GPU guarantees (strict simulator):\n{error}"
     if name in ("RaceError", "UninitializedReadError"):
         return f"not what a GPU guarantees (sanitizer):\n{error}"
+    if name == "KernelTimeoutError":
+        return f"stopped (on a GPU this launch would hang):\n{error}"
     if name == "WarpDeadlockError":
         return f"warp deadlock (on a GPU this launch would hang):\n{error}"
     if name == "GPUCompileError":
@@ -324,9 +326,11 @@ def evaluate(exercise, module):
             exercise.check(module)
     except Exception as error:  # noqa: BLE001  (whatever the student's code raises is the answer)
         return Result(exercise, WRONG, _message(error))
-    if not ON_GPU or exercise.speed is None:
+    if exercise.speed is None:
         return Result(exercise, CORRECT)
     ratio, what = exercise.speed(module)
+    if not ON_GPU:
+        what += " (in the simulator: the global-memory sectors both move, traced; not a time)"
     if exercise.target is None:
         return Result(exercise, CORRECT, what, ratio)
     status = FAST if ratio >= exercise.target else SLOW
@@ -381,8 +385,13 @@ def print_progress(rows, console=None, title="Exercises"):
 
 
 def speed_ratio(mine, chapters, repeats=30):
-    """Median over interleaved repeats of chapter_ms / mine_ms (GPU only): 1.0 is as fast as the
-    chapter's kernel, 0.5 twice as slow. Both are called once first (compilation excluded)."""
+    """On a GPU: the median over interleaved repeats of chapter_ms / mine_ms; 1.0 is as fast as the
+    chapter's kernel, 0.5 twice as slow. Both are called once first (compilation excluded).
+    In the simulator, where times mean nothing: chapter's / mine's memory traffic, the 32-byte
+    sectors of global memory their requests move, traced (workbook.memtrace): a kernel whose warps
+    touch 8 times the sectors for the same bytes scores 0.125, whatever a GPU's caches would save."""
+    if not ON_GPU:
+        return traffic(chapters) / max(1, traffic(mine))
     import numpy as np
 
     from .bench import time_interleaved
@@ -390,3 +399,13 @@ def speed_ratio(mine, chapters, repeats=30):
     mine(), chapters()
     times = time_interleaved({"mine": mine, "chapter": chapters}, repeats)
     return float(np.median(times["chapter"] / times["mine"]))
+
+
+def traffic(call):
+    """Global-memory sectors moved by the kernels `call` launches, traced in the simulator."""
+    from . import memtrace
+
+    with memtrace.trace() as trace:
+        call()
+    return sum(totals.sectors for spaces in trace.kernels().values() for what, totals in spaces.items()
+               if what.startswith("global"))

@@ -258,9 +258,10 @@ else:  # the simulator: element by element, checking what a GPU would fault on
     _atomic_lock = threading.Lock()  # the simulator's threads are Python threads
 
     def atomic_add4(array, index, quad):
+        dtype = getattr(array, "_ary", array).dtype
+        if dtype != np.float32 or len(quad) != WIDTH:  # before the alignment, which depends on the dtype
+            raise TypeError(f"atomic_add4: 4 values into a float32 array, not {len(quad)} into {dtype}")
         flat = _check(array, index, "atomic_add4", WIDTH)
-        if flat.dtype != np.float32 or len(quad) != WIDTH:
-            raise TypeError(f"atomic_add4: 4 values into a float32 array, not {len(quad)} into {flat.dtype}")
         with _atomic_lock:
             for k in range(WIDTH):
                 flat[index + k] += np.float32(quad[k])

@@ -144,6 +144,50 @@ class Trace:
             console.print(table)
 
 
+    def draw(self, kernel, line=None, space=GLOBAL, op=LOAD, axes=None):
+        """A picture of one request (the first of `kernel`'s at `line`, or at any line): which
+        lane touched which address, and what that costs. Global memory: the 32-byte sectors moved,
+        shaded, and the bytes used in them. Shared memory: each lane's bank, the words of a bank
+        that needs more than one pass marked red."""
+        import matplotlib.pyplot as plt
+
+        request = min((r for r in self.requests(kernel) if r.space == space and r.op == op
+                       and (line is None or r.line == line)), key=lambda r: (r.block[::-1], r.warp), default=None)
+        if request is None:
+            raise LookupError(f"no {space} {op} request of {kernel!r}" + (f" at line {line}" if line else ""))
+        if axes is None:
+            _, axes = plt.subplots(figsize=(9, 3.2))
+        lanes = sorted(request.lanes)
+        first = min(offset for _, _, offset, _ in lanes)
+        if space == GLOBAL:
+            for _, sector in sorted(request.sectors()):
+                axes.axvspan(sector * SECTOR - first, (sector + 1) * SECTOR - first, color="0.85", lw=0)
+                axes.axvline(sector * SECTOR - first, color="0.6", lw=0.5)
+            for lane, _, offset, size in lanes:
+                axes.plot([offset - first, offset - first + size], [lane, lane], color="C0", lw=3,
+                          solid_capstyle="butt")
+            axes.set_xlabel(f"byte address from {first} (grey: the {len(request.sectors())} sectors moved)")
+            totals = Totals()
+            totals.add(request)
+            title = f"{len(request.sectors())} sectors for {totals.requested} bytes used ({totals.efficiency:.0%})"
+        else:
+            passes, fewest = request.wavefronts()
+            banks = collections.defaultdict(set)  # bank -> distinct words asked of it
+            for _, root, offset, _ in lanes:
+                banks[offset // 4 % BANKS].add((root, offset // 4))
+            for lane, _, offset, _ in lanes:
+                bank = offset // 4 % BANKS
+                axes.scatter([bank], [lane], color="C3" if len(banks[bank]) > 1 else "C0", s=18)
+            axes.set_xlim(-1, BANKS)
+            axes.set_xlabel("bank (red: a bank asked for more than one word: a conflict)")
+            title = f"{passes} pass(es), {passes - fewest} more than the fewest"
+        axes.set_ylabel("lane")
+        axes.figure.tight_layout()
+        axes.set_title(f"{kernel}, {request.file.rsplit('/', 1)[-1]}:{request.line} ({space} {op}), "
+                       f"block {request.block}, warp {request.warp}: {title}", fontsize=9)
+        return axes.figure
+
+
 class Request:
     """One warp-level access: the lanes of one warp at one point of the kernel, one time."""
 

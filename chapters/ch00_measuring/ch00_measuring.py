@@ -220,6 +220,60 @@ if workbook.ON_GPU:
         print(f"stride {stride:2d}: {rate:7.0f} GB/s of useful bytes")
 
 # %% [markdown]
+# ### What each warp's load moves, counted without a GPU
+#
+# A GPU does not serve threads one at a time: the 32 lanes of a warp issue a load together, and the
+# memory system answers that *request* with whole 32-byte sectors. In the simulator, which runs
+# every thread, `workbook.memtrace` sees each access, groups the lanes of a warp into requests the
+# way the hardware does, and counts the sectors each one moves (Nsight Compute's
+# `l1tex__t_sectors_pipe_lsu_mem_global_op_ld` over `..._requests_...`). Below: the gather's sectors
+# per request, traced on this machine, beside the useful GB/s the reference GPU measured. Up to
+# stride 8 the rate falls as the sectors per load rise, until every lane has a sector of its own.
+# Past it the count stays at 32 sectors a request, yet the measured rate halves once more from
+# stride 8 to 16: the trace models the L1's sectors, not DRAM, which the numbers suggest is read in
+# pairs of sectors (64 bytes) - at stride 8 two lanes share a pair, from stride 16 on each needs
+# its own. The three copies move every byte they fetch; the 16-byte quads do it in a quarter of
+# the requests. The picture is one warp's load at the last stride: each lane's 4 bytes, and the
+# sectors (grey) moved to serve them.
+
+# %%
+if workbook.ON_GPU:
+    print("memtrace counts in the simulator (WORKBOOK_DEVICE=sim). On a GPU, Nsight Compute reads the counters "
+          "it models:\n  ncu --metrics l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,"
+          "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum python ch00_measuring.py")
+else:
+    from rich.table import Table
+
+    from workbook import memtrace, tables
+
+    traced = cuda.to_device(rng.standard_normal(32 * 256, dtype=np.float32))
+    table = Table(title="global loads as traced here, beside the reference GPU's useful GB/s", title_justify="left")
+    for column in ("kernel", "requests per 1,024 loaded elements", "sectors / request", "bytes used / moved",
+                   "stored GB/s"):
+        table.add_column(column, justify="right" if column != "kernel" else "left")
+
+    def traced_loads(run):
+        with memtrace.trace() as trace:
+            run()
+        (totals,) = [spaces["global ld"] for spaces in trace.kernels().values()]
+        return trace, totals
+
+    for stride in strides:
+        trace, loads = traced_loads(lambda: k.gather_strided(
+            traced, cuda.device_array(traced.size // stride, np.float32), stride))
+        table.add_row(f"gather, stride {stride}", f"{1024 * loads.requests / (loads.requested // 4):.0f}",
+                      f"{loads.sectors_per_request:.0f}", f"{loads.efficiency:.0%}",
+                      f"{chapter.figure(f'gather stride {stride}', f'stride {stride}', 'gbps'):.0f}")
+    gather_picture = trace.draw("gather_strided_kernel")
+    for name, copy in (("one per thread", k.copy_one_per_thread), ("grid-stride x4", k.copy_grid_stride),
+                       ("16-byte quads, a quad per thread", k.copy_quads)):
+        _, loads = traced_loads(lambda: copy(traced, cuda.device_array_like(traced)))
+        table.add_row(f"copy, {name}", f"{1024 * loads.requests / (loads.requested // 4):.0f}",
+                      f"{loads.sectors_per_request:.0f}", f"{loads.efficiency:.0%}",
+                      f"{chapter.figure('copy', name, 'gbps'):.0f}")
+    tables.console().print(table)
+
+# %% [markdown]
 # ## A size sweep
 #
 # Two costs, measured apart. CUDA events time what the GPU does between them; but if the GPU is

@@ -235,6 +235,44 @@ chapter.bar("relu+mask forward, 16-byte quads, time / torch.relu time, n=2^28",
             forward_result.ratio("warp ballot, 16-byte quads", "torch.relu (no mask)"), at_most=1.03)
 
 # %% [markdown]
+# ### Why the sequential kernel is slow, counted without a GPU
+#
+# The sequential kernel's lane *k* reads `x[8k + j]`: on each of its loads the warp's 32 addresses
+# are 32 bytes apart, one sector each, to use 4 bytes of every one. The ballot kernel's lanes read
+# 32 neighbouring floats: 4 sectors, all used. In the simulator `workbook.memtrace` sees every
+# access and groups a warp's lanes into requests as the hardware does (chapter 00), so the
+# difference shows on a laptop: the sectors each request moves, and the sectors moved per element
+# (through L1; repeated hits on the same sectors are what L1 absorbs). Beside them, the reference
+# GPU's times.
+
+# %%
+if workbook.ON_GPU:
+    print("memtrace counts in the simulator (WORKBOOK_DEVICE=sim); on a GPU, Nsight Compute's "
+          "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum / ..._requests_... are the same counts")
+else:
+    from rich.table import Table
+
+    from workbook import memtrace, tables
+
+    traced_n = 2048
+    traced_x = cuda.to_device(rng.standard_normal(traced_n, dtype=np.float32))
+    table = Table(title=f"relu + mask, n={traced_n} as traced here; time as stored", title_justify="left")
+    for column in ("kernel", "loads: sectors / request", "stores: sectors / request",
+                   "sectors moved / element", "stored ms"):
+        table.add_column(column, justify="left" if column == "kernel" else "right")
+    for name, forward in (("sequential (naive)", k.relu_mask_sequential), ("warp ballot", k.relu_mask_ballot),
+                          ("warp ballot, 16-byte quads", k.relu_mask_quads)):
+        with memtrace.trace() as trace:
+            forward(traced_x, cuda.device_array(traced_n, np.float32),
+                    cuda.device_array(k.mask_words(traced_n), np.uint32))
+        (spaces,) = trace.kernels().values()
+        loads, stores = spaces["global ld"], spaces["global st"]
+        table.add_row(name, f"{loads.sectors_per_request:.1f}", f"{stores.sectors_per_request:.1f}",
+                      f"{(loads.sectors + stores.sectors) / traced_n:.2f}",
+                      f"{chapter.figure('relu forward + mask', name):.3f}")
+    tables.console().print(table)
+
+# %% [markdown]
 # ## Backward: from the mask vs from `y` vs `threshold_backward`
 #
 # Both of our backward kernels run the same loop; they differ only in what they read. torch's

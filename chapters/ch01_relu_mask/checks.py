@@ -48,7 +48,7 @@ def check_relu_mask_fast(m):
 
 
 def speed_relu_mask_fast(m):
-    n = 1 << 26  # 256 MiB of x: five times the L2
+    n = workbook.size(gpu=1 << 26, sim=4096)  # on a GPU 256 MiB of x: five times the L2
     x = cuda.to_device(np.random.default_rng(0).standard_normal(n, dtype=np.float32))
     y, mask = cuda.device_array(n, np.float32), cuda.device_array(k.mask_words(n), np.uint32)
     ratio = speed_ratio(lambda: m.relu_mask_fast(x, y, mask), lambda: k.relu_mask_ballot(x, y, mask))

@@ -110,8 +110,8 @@ def relu_backward(dy, mask, dx):
 # The kernel below is naive, like the chapter's `relu_mask_sequential_kernel` (a thread per mask
 # byte) but with a thread per mask word: correct, and slow, because lane k reads x[32k + j] and the
 # 32 lanes of a warp touch 32 different 128-byte lines at every step. Rewrite the kernel and its launch (both inside the region). Target, on a GPU: at least 0.75
-# of the throughput of chapter 01's `relu_mask_ballot` at n = 2^26 (same run). In the simulator only
-# correctness is checked. Hint: your answer to ch01.1, with several rows in flight per warp.
+# of the throughput of chapter 01's `relu_mask_ballot` at n = 2^26 (same run). In the simulator, the
+# global-memory sectors both move are compared instead (traced). Hint: your answer to ch01.1, with several rows in flight per warp.
 
 # >>> ch01.4 (stub 69f9d659)
 @cuda.jit

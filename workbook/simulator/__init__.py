@@ -97,10 +97,13 @@ import copy
 import itertools
 import os
 
+import numpy as np
+
 from . import watch
 from .intrinsics import INTRINSICS
 from .sanitizer import RaceError, Sanitizer, UninitializedReadError, sanitizing  # noqa: F401
-from .scheduler import (FULL_MASK, STRICT_ENV, WARP_SIZE, BlockScheduler, StrictModeError,  # noqa: F401
+from .scheduler import (FULL_MASK, STRICT_ENV, TIME_LIMIT_ENV, WARP_SIZE, BlockScheduler,  # noqa: F401
+                        KernelTimeoutError, StrictModeError,
                         WarpDeadlockError, _Thread, strict_mode)
 
 
@@ -125,7 +128,7 @@ def install():
     kernel.FakeCUDAKernel.__getitem__ = _configured_copy
     watch.install()  # bounds named with block, thread and line; accesses reported to a trace or sanitizer
     _launches(kernel)
-    _accept_forceinline()
+    _jit_options()
     kernel._workbook_simulator_installed = True
     if os.environ.get(SANITIZE_ENV, "").strip() not in ("", "0"):  # every launch of this process sanitized
         watch._listeners.append(Sanitizer())
@@ -152,6 +155,9 @@ def _launches(kernel):
     stock_call = kernel.FakeCUDAKernel.__call__
 
     def call(self, *args):
+        declared = getattr(self, "_declared", None)
+        if declared is not None and not (self._device or kernel._kernel_context):
+            args = _as_declared(args, declared)
         if self._device or kernel._kernel_context or not watch.active():
             return stock_call(self, *args)
         number = next(_launch_numbers)
@@ -170,12 +176,20 @@ def _launches(kernel):
     kernel.FakeCUDAKernel.__call__ = call
 
 
-def _accept_forceinline():
-    """`cuda.jit(device=True, forceinline=True)`, as numba-cuda spells it: LLVM inlines the device
+def _jit_options():
+    """Two things numba's cuda.jit does that the simulator's did not.
+
+    `cuda.jit(device=True, forceinline=True)`, as numba-cuda spells it: LLVM inlines the device
     function into its callers (numba's inline="always" inlines at its own IR level: the same
     instructions in another order, at several times the compile time; chapter 02's kernels took
-    33 s to compile that way and 5 s this way, on a laptop). The simulator runs Python and inlines nothing; the option is kept on the kernel
-    for workbook/compiler.py, which compiles it for a GPU."""
+    33 s to compile that way and 5 s this way, on a laptop). The simulator runs Python and inlines
+    nothing; the option is kept on the kernel for workbook/compiler.py, which compiles it for a GPU.
+
+    `cuda.jit("void(int32[:], int32)")`: a declared signature. On a GPU the launch converts each
+    argument to its declared type, so `cuda.clz(c)` sees an int32 where the caller passed the Python
+    int 0x00100000; the stock simulator ignored the signature and computed with whatever it was
+    given (a Python int: 64 bits). The declared types are kept on the kernel (`_declared`); a launch
+    converts its scalar arguments to them (`_as_declared`) and the compile hook compiles for them."""
     import numba.cuda
     from numba.cuda import simulator
     from numba.cuda.simulator import api, kernel
@@ -184,17 +198,46 @@ def _accept_forceinline():
 
     def jit(func_or_sig=None, *args, forceinline=False, **options):
         made = stock(func_or_sig, *args, **options)
-        if not forceinline:
-            return made
-        if isinstance(made, kernel.FakeCUDAKernel):
-            made._forceinline = True
-            return made
+        declared = _declared_types(func_or_sig)
 
-        def decorate(fn):
-            decorated = made(fn)
-            decorated._forceinline = True
+        def mark(decorated):
+            if forceinline:
+                decorated._forceinline = True
+            if declared is not None and not decorated._device:
+                decorated._declared = declared
             return decorated
 
-        return decorate
+        if isinstance(made, kernel.FakeCUDAKernel):
+            return mark(made)
+        return lambda fn: mark(made(fn))
 
     api.jit = simulator.jit = numba.cuda.jit = jit
+
+
+def _declared_types(func_or_sig):
+    """The argument types of one declared signature ("void(int32[:], int32)"), else None."""
+    from numba.core import sigutils
+
+    if not (isinstance(func_or_sig, str) or sigutils.is_signature(func_or_sig)) or isinstance(func_or_sig, list):
+        return None
+    try:
+        arguments, _ = sigutils.normalize_signature(func_or_sig)
+    except Exception:  # noqa: BLE001  (numba's own jit reports a bad signature)
+        return None
+    return tuple(arguments)
+
+
+def _as_declared(args, declared):
+    """Integer arguments converted to their declared widths, wrapping as a GPU launch converts them
+    (0xFFFFFFFF declared int32 is -1). Floats are left as given: converting them changes what the
+    simulator's Python `round` and friends compute, which numba emulates differently anyway."""
+    from numba.core import types
+    from numba.np import numpy_support
+
+    converted = []
+    for value, declared_type in zip(args, declared, strict=False):
+        if (isinstance(declared_type, types.Integer) and isinstance(value, int | np.integer)
+                and not isinstance(value, bool)):
+            value = np.array(int(value) % (1 << 64), np.uint64).astype(numpy_support.as_dtype(declared_type))[()]
+        converted.append(value)
+    return tuple(converted) + tuple(args[len(converted):])

@@ -34,6 +34,10 @@ class StrictModeError(RuntimeError):
     """Raised under WORKBOOK_SIM_STRICT=1 where a kernel relies on behaviour a GPU leaves undefined."""
 
 
+class KernelTimeoutError(RuntimeError):
+    """Raised when a block runs past its time limit (strict mode): a loop that never ends, most likely."""
+
+
 class _Abort(BaseException):
     """Unwinds a simulated thread after another thread of its block failed.
 
@@ -52,6 +56,19 @@ class _Raise:
 
 def strict_mode():
     return os.environ.get(STRICT_ENV, "").strip() not in ("", "0")
+
+
+TIME_LIMIT_ENV = "WORKBOOK_SIM_BLOCK_SECONDS"
+
+
+def block_time_limit():
+    """Seconds a block may run before it is stopped and reported: WORKBOOK_SIM_BLOCK_SECONDS, else 60
+    in strict mode (exercise checks: a student's loop that never ends must not hang the grading),
+    else none."""
+    value = os.environ.get(TIME_LIMIT_ENV, "").strip()
+    if value:
+        return float(value) or None
+    return 60.0 if strict_mode() else None
 
 
 def lane_list(mask):
@@ -215,6 +232,8 @@ class BlockScheduler:
         self.live = n_threads
         self.running = n_threads
         self.at_barrier = []  # (thread, predicate or None) waiting in syncthreads*
+        self.exited_since_barrier = []  # threadIdx of threads that exited since the last syncthreads opened
+        self.barrier_line = None  # where the first thread to arrive at the pending syncthreads called it
         self.failure = None  # (exception, traceback) of the first thread that failed, or a deadlock
         self.done = threading.Lock()
         self.done.acquire()
@@ -230,7 +249,9 @@ class BlockScheduler:
                 break
             thread.assign(self, grid_point, thread_idx, thread_id)
             self.started += 1
-        self.done.acquire()
+        limit = block_time_limit()
+        if not self.done.acquire(timeout=limit or -1):
+            self._time_out(limit)
         if self.failure is not None:
             self._let_threads_unwind(seconds=2.0)
             error, traceback = self.failure
@@ -268,6 +289,8 @@ class BlockScheduler:
         with self.lock:
             if self.failure is not None:
                 raise _Abort()
+            if not self.at_barrier and self.strict:
+                self.barrier_line = kernel_line(sys._getframe(1))
             self.at_barrier.append((me, predicate))
             if len(self.at_barrier) == self.live:
                 return self._open_barrier(me)
@@ -303,6 +326,8 @@ class BlockScheduler:
             warp.live &= ~me.bit
             warp.running -= 1
             self.live -= 1
+            if self.strict:
+                self.exited_since_barrier.append(tuple(me.threadIdx))
             self.running -= 1
             if self.failure is None:
                 # This lane may have been the last one a collective or the barrier was waiting for.
@@ -388,14 +413,31 @@ class BlockScheduler:
         )
 
     def _open_barrier(self, me):
+        if self.strict and self.exited_since_barrier:
+            self._fail(self._skipped_barrier(), None)
+            if me is not None:
+                raise _Abort()
+            return None
         arrivals, self.at_barrier = self.at_barrier, []
         self.barriers += 1
+        self.exited_since_barrier = []
         voters = [predicate for _, predicate in arrivals if predicate is not None]
         outcome = (sum(voters), len(voters))
         for thread, _ in arrivals:
             if thread is not me:
                 self._release(thread, outcome)
         return outcome
+
+    def _skipped_barrier(self):
+        """Strict mode (synccheck): threads exited while the rest of their block went on to a syncthreads()."""
+        gone = sorted(self.exited_since_barrier, key=lambda t: t[::-1])
+        shown = ", ".join(str(t) for t in gone[:4]) + (f" and {len(gone) - 4} more" if len(gone) > 4 else "")
+        return StrictModeError(
+            f"kernel '{getattr(self.kernel, '__name__', '?')}', block {self.block_idx}: {len(self.at_barrier)} "
+            f"thread(s) wait in syncthreads() at {self.barrier_line}, which thread(s) {shown} never reached: they "
+            "exited first. Every thread of a block must reach each syncthreads() (not one inside a branch some "
+            "threads skip, nor after a `return` some threads take): on a GPU this is undefined and may hang. "
+            "Keep out-of-range threads in the kernel, doing no work, until the last syncthreads().")
 
     def _fail(self, error, traceback):
         if self.failure is None:
@@ -416,6 +458,25 @@ class BlockScheduler:
         """Give aborted threads a moment to leave the kernel, so that they do not overlap the next launch."""
         with self.lock:
             self.all_exited.wait_for(lambda: self.exited == self.started, timeout=seconds)
+
+    def _time_out(self, limit):
+        """The block ran past its limit: say where each thread that still runs is, stop them all."""
+        import ctypes
+
+        frames = sys._current_frames()
+        with self.lock:
+            running = [t for t in self.threads if t.block is self and t.waiting_in is None and t.ident in frames]
+            where = {}
+            for thread in running:
+                where.setdefault(kernel_line(frames[thread.ident]), []).append(tuple(thread.threadIdx))
+            shown = "; ".join(f"thread {ids[0]}{f' and {len(ids) - 1} more' if len(ids) > 1 else ''} at {line}"
+                              for line, ids in where.items())
+            self._fail(KernelTimeoutError(
+                f"kernel '{getattr(self.kernel, '__name__', '?')}' did not finish block {self.block_idx} within "
+                f"{limit:g} s: {shown or 'no thread is running'}. A loop whose condition never changes? (On a GPU "
+                f"the launch would hang.)"), None)
+            for thread in running:  # raised inside each one at its next bytecode: it unwinds and exits
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_Abort))
 
     def _deadlock_report(self):
         name = getattr(self.kernel, "__name__", "?")
@@ -452,6 +513,13 @@ class BlockScheduler:
             "reach the same kind of call with the same mask, and every live thread must reach syncthreads()."
         )
         return "\n".join(lines)
+
+
+def kernel_line(frame):
+    """'file.py:41': the innermost frame outside the simulator's own code (the kernel's line)."""
+    while frame is not None and any(part in frame.f_code.co_filename for part in ("/workbook/", "/numba/", "/numpy/")):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}" if frame is not None else "?"
 
 
 def _unwrap(result):
