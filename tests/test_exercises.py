@@ -102,6 +102,25 @@ def test_check_fails_on_a_planted_wrong_answer(exercise, index, tmp_path, not_co
     print(f"{exercise.id} with {old!r} -> {new!r}: {failure.value}")
 
 
+# Answers that are right on a GPU and that the simulator once graded wrong: NumPy wraps uint8 sums
+# at 256 where numba computes in 64 bits.
+GPU_CORRECT = [
+    ("ch05.1", "np.int32(a[i]) + np.int32(b[i]) + np.int32(1)) >> np.int32(1)", "a[i] + b[i] + 1) >> 1"),
+    ("ch05.2", "total += np.int32(src[rr, cc])", "total += src[rr, cc]"),
+]
+
+
+@pytest.mark.parametrize("exercise_id, old, new", GPU_CORRECT, ids=[g[0] for g in GPU_CORRECT])
+def test_an_answer_right_on_a_gpu_is_graded_correct(exercise_id, old, new, tmp_path):
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    _solutions_or_skip(exercise.chapter)
+    (answer,) = [r for r in ex.regions(ex.module_path(exercise, "solutions").read_text()) if r.id == exercise.id]
+    assert answer.code.count(old) == 1
+    module = _variant(exercise, answer.code.replace(old, new), tmp_path, f"{exercise.id}_gpu_correct")
+    result = ex.evaluate(exercise, module)
+    assert result.passed, result.line()
+
+
 def _checkout_copy(tmp_path):
     """A git clone of this checkout at its HEAD, with the workbook's handout module to run there."""
     import subprocess

@@ -140,3 +140,19 @@ def test_a_kernel_the_gpu_compiler_rejects_fails_its_launch_after_the_simulated_
     monkeypatch.setenv("WORKBOOK_COMPILE", "1")
     with pytest.raises(compiler.GPUCompileError, match="list_inside .* would not compile for a GPU"):
         list_inside[1, 1](np.zeros(1, np.int64))
+
+
+@sim_only
+def test_numba_cudas_own_simulator_tests_pass_as_they_do_without_the_workbook():
+    """A subset of numba-cuda's cudapy tests (all: `python tools/numba_sim_parity.py`), each side in
+    its own process: the workbook's patches (warp intrinsics, scheduler, bounds, declared signatures,
+    the compile hook) change no outcome."""
+    pytest.importorskip("filecheck", reason="numba-cuda's test support needs filecheck (the dev extra)")
+    import sys
+
+    sys.path.insert(0, str(workbook.results.ROOT / "tools"))
+    from numba_sim_parity import differences
+
+    differ, count = differences(["test_array_args", "test_slicing", "test_retrieve_autoconverted_arrays",
+                                 "test_vector_type"])
+    assert count > 20 and not differ, differ

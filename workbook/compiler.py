@@ -452,13 +452,36 @@ def _background():
 
 
 def _missed_a_global(kernel, error):
-    """The worker's compile failed on a global it does not have, which this process's kernel does:
-    one set at run time (a test assigning `global cufoo`), the worker importing the module anew.
-    Not the kernel's fault."""
+    """The worker's compile failed on a name this process knows and the worker does not: a global
+    set at run time (a test assigning `global cufoo`: the worker imports the module anew), or a
+    function with an `@overload` registered here at run time. Not the kernel's fault."""
     import re
 
+    names = _names_seen_by(kernel.fn)
     missing = re.search(r"NameError: name '(\w+)' is not defined", error)
-    return bool(missing) and missing[1] in getattr(kernel.fn, "__globals__", {})
+    if missing:
+        return missing[1] in names
+    untyped = re.search(r"Untyped global name '(\w+)': Cannot determine Numba type of <class 'function'>", error)
+    if untyped and untyped[1] in names:  # a plain Python function is the kernel's fault; an @overload not
+        from numba.core.typing import templates as core
+        from numba.cuda.typing import templates as cuda
+
+        function = names[untyped[1]]
+        return any(value is function for registry in (cuda.builtin_registry, core.builtin_registry)
+                   for value, _ in registry.globals)
+    return False
+
+
+def _names_seen_by(fn, depth=3):
+    """The globals and closure variables of a kernel and of the device functions it calls."""
+    names = dict(getattr(fn, "__globals__", {}))
+    names.update(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__ or ())))
+    if depth:
+        for value in list(names.values()):
+            inner = getattr(value, "py_func", None)  # a device function (the simulator's FakeCUDAKernel)
+            if inner is not None and inner is not fn and hasattr(inner, "__code__"):
+                names = {**_names_seen_by(inner, depth - 1), **names}
+    return names
 
 
 def _judge(kernel, argtypes, answer):

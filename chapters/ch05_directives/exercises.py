@@ -17,8 +17,10 @@ from workbook.inputs import require
 
 # ---------------------------------------------------------------------------------------------
 # ch05.1 (complete one line) — the merge pixel: out = (a + b + 1) >> 1, the average rounded up.
-# a and b are uint8: in NumPy, uint8 + uint8 wraps at 256 (200 + 100 = 44), so widen to int32
-# first. The check has 255 + 255.
+# a and b are uint8. numba computes uint8 + uint8 in 64 bits (200 + 100 = 300), so the sum cannot
+# wrap, and the simulator reads array elements the same way; NumPy's own uint8 scalars would wrap
+# at 256 (200 + 100 = 44). Widening to int32 yourself keeps the arithmetic 32-bit. The check has
+# 255 + 255.
 
 
 @cuda.jit

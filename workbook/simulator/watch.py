@@ -4,7 +4,8 @@ array, by which simulated thread, at which point of the kernel's source.
 The simulator runs a kernel as Python, so every `x[i]` inside it is a call to the array's
 `__getitem__`. `install()` wraps those calls. Always: a negative index, or one past the end, is an
 error naming the kernel, the block, the thread and the source line (NumPy would wrap -1 to the last
-element silently; numba on a GPU reads whatever lies there). And while a *listener* is registered
+element silently; numba on a GPU reads whatever lies there); an integer narrower than 64 bits is
+read widened, as numba computes with it (`widened`). And while a *listener* is registered
 (the memory trace, `workbook.memtrace`; the sanitizer, `sanitizer.py`), each element access is
 handed to it as an `Access`:
 
@@ -114,6 +115,19 @@ def report(space, op, array, index, value=None, size=None, depth=2):
 
 
 # ---------------------------------------------------------------------------------------------
+# Integer reads, typed as numba types them
+
+
+def widened(value):
+    """An integer read from an array, as numba computes with it: arithmetic on integers narrower than
+    64 bits gives 64 bits in numba (uint8 + uint8 is a uint64: 200 + 100 = 300), where NumPy keeps the
+    narrow type and wraps (200 + 100 = 44). So a sum of uint8 pixels, right on a GPU, is right here."""
+    if isinstance(value, np.integer) and value.dtype.itemsize < 8:
+        return np.uint64(value) if value.dtype.kind == "u" else np.int64(value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
 # Bounds: always on
 
 
@@ -176,7 +190,7 @@ class SharedArray:
         ary = self._ary
         if _bad_index(ary, index):
             raise out_of_bounds(ary, index, "reads", "shared")
-        value = ary[index]
+        value = widened(ary[index])
         if _listeners:
             report("shared", "ld", ary, index, value)
         return value
@@ -211,7 +225,7 @@ def install():
         ary = self._item._ary
         if _bad_index(ary, index):
             raise out_of_bounds(ary, index, "reads", "device")
-        value = stock_get(self, index)
+        value = widened(stock_get(self, index))
         if _listeners:
             report("global", "ld", ary, index, value)
         return value
