@@ -16,8 +16,14 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "exercise: an exercise check (selected by --exercises)")
 
 
+# The slowest tests (a whole chapter in the simulator, 10-35 s each) go first: with pytest -n the
+# workers then share them out and end together, instead of one worker finishing a chapter alone.
+_SLOW_FIRST = ("test_chapter_runs_end_to_end",)
+
+
 def pytest_collection_modifyitems(config, items):
     if not config.getoption("--exercises"):
+        items.sort(key=lambda item: getattr(item, "originalname", item.name) not in _SLOW_FIRST)  # stable
         return
     kept = [item for item in items if item.get_closest_marker("exercise")]
     if not config.getoption("--solutions"):  # a student's run: their exercises, nothing else

@@ -100,7 +100,7 @@ import os
 import numpy as np
 
 from . import watch
-from .intrinsics import INTRINSICS
+from .intrinsics import INTRINSICS, DeclaredInt
 from .sanitizer import RaceError, Sanitizer, UninitializedReadError, sanitizing  # noqa: F401
 from .scheduler import (FULL_MASK, STRICT_ENV, TIME_LIMIT_ENV, WARP_SIZE, BlockScheduler,  # noqa: F401
                         KernelTimeoutError, StrictModeError,
@@ -229,8 +229,9 @@ def _declared_types(func_or_sig):
 
 def _as_declared(args, declared):
     """Integer arguments converted to their declared widths, wrapping as a GPU launch converts them
-    (0xFFFFFFFF declared int32 is -1). Floats are left as given: converting them changes what the
-    simulator's Python `round` and friends compute, which numba emulates differently anyway."""
+    (0xFFFFFFFF declared int32 is -1), as a `DeclaredInt` (intrinsics.py). Floats are left as given:
+    converting them changes what the simulator's Python `round` computes, which numba emulates
+    differently anyway."""
     from numba.core import types
     from numba.np import numpy_support
 
@@ -238,6 +239,7 @@ def _as_declared(args, declared):
     for value, declared_type in zip(args, declared, strict=False):
         if (isinstance(declared_type, types.Integer) and isinstance(value, int | np.integer)
                 and not isinstance(value, bool)):
-            value = np.array(int(value) % (1 << 64), np.uint64).astype(numpy_support.as_dtype(declared_type))[()]
+            dtype = numpy_support.as_dtype(declared_type)
+            value = DeclaredInt(np.array(int(value) % (1 << 64), np.uint64).astype(dtype)[()], dtype)
         converted.append(value)
     return tuple(converted) + tuple(args[len(converted):])

@@ -102,14 +102,27 @@ def lanemask_lt(self):
 # numba converts every other integer (int64 included) to uint32, keeping the low 32 bits.
 
 
+class DeclaredInt(int):
+    """A kernel argument declared as a narrow integer (`cuda.jit("void(int32[:], int32)")`): a Python
+    int, so that Python's own functions (math.ldexp) take it as numba's do, that remembers its
+    declared type for the bit intrinsics (clz of an int32 counts 32 bits)."""
+
+    def __new__(cls, value, dtype):
+        made = super().__new__(cls, value)
+        made.dtype = np.dtype(dtype)
+        return made
+
+
 def _bits_and_width(value):
     if isinstance(value, (bool, np.bool_)):
         return int(value), 8  # numba picks the int8 overload for a boolean
-    width = value.dtype.itemsize * 8 if isinstance(value, np.integer) else 64
+    width = value.dtype.itemsize * 8 if isinstance(value, np.integer | DeclaredInt) else 64
     return int(value) & ((1 << width) - 1), width
 
 
 def _like(value, result):
+    if isinstance(value, DeclaredInt):
+        return value.dtype.type(result)
     return type(value)(result) if isinstance(value, np.integer) else result
 
 
