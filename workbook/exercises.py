@@ -69,6 +69,9 @@ class Exercise:
     check: object
     speed: object = None
     target: float = None
+    # In the simulator the check runs again with the kernels on these grids (simulator.GRIDS): every
+    # kernel must leave threads past its data idle; a grid-stride loop must also go round one block.
+    grids: tuple = ("more blocks",)
     chapter: str = field(default="", init=False)
 
     def __post_init__(self):
@@ -251,7 +254,8 @@ def load_source(text, directory, label):
 
 
 def planted_wrong_answers(exercise):
-    """[(old, new), ...]: edits of the solution's region that its check must reject."""
+    """[(old, new), ...]: edits of the solution's region that its check must reject; (old, new,
+    "simulator"): one that only the simulator's extra grids reveal (exercises.Exercise.grids)."""
     solutions = load(exercise.chapter, "solutions")
     return getattr(solutions, PLANTED).get(exercise.id, [])
 
@@ -279,6 +283,22 @@ def _message(error):
         return str(error)
     frames = traceback.format_exception(type(error), error, error.__traceback__, limit=-3)
     return "".join(frames).rstrip()
+
+
+def _wrong_on_another_grid(exercise, module):
+    """In the simulator: the check again with the module's kernels on each of exercise.grids, so that
+    an answer right only for the grid its wrapper picks is not graded correct. The message, or None."""
+    if ON_GPU or not exercise.grids:
+        return None
+    from .simulator import GRIDS, regridded
+
+    for how in exercise.grids:
+        try:
+            with strict_simulator(), regridded(module.__name__, how):
+                exercise.check(module)
+        except Exception as error:  # noqa: BLE001
+            return f"right on the wrapper's grid, wrong on {GRIDS[how]}:\n{_message(error)}"
+    return None
 
 
 @contextlib.contextmanager
@@ -326,6 +346,9 @@ def evaluate(exercise, module):
             exercise.check(module)
     except Exception as error:  # noqa: BLE001  (whatever the student's code raises is the answer)
         return Result(exercise, WRONG, _message(error))
+    wrong = _wrong_on_another_grid(exercise, module)
+    if wrong:
+        return Result(exercise, WRONG, wrong)
     if exercise.speed is None:
         return Result(exercise, CORRECT)
     ratio, what = exercise.speed(module)

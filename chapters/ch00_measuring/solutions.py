@@ -138,7 +138,8 @@ def copy_matrix(src, dst):
 # Planted wrong answers: edits of the answers above that the checks must reject (a test applies
 # each one and expects its check to fail), so that no check passes vacuously.
 PLANTED_WRONG_ANSWERS = {
-    "ch00.1": [("i += cuda.gridsize(1)", "i += cuda.gridsize(1) + 1")],  # skips elements
+    "ch00.1": [("i += cuda.gridsize(1)", "i += cuda.gridsize(1) + 1"),  # skips elements
+               ("i += cuda.gridsize(1)", "i += 512", "simulator")],  # the wrapper's 2 x 256 threads, hard-coded
     "ch00.2": [("src[n - 1 - i]", "src[i]")],  # a plain copy
     "ch00.3": [("if i < n:", "if i + 1 < n:")],  # drops the very last element
     "ch00.4": [("if row < rows and col < cols:", "if row < rows - 1 and col < cols:")],  # last row

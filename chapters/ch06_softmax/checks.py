@@ -69,7 +69,8 @@ def check_log_softmax(m):
 
 EXERCISES = [
     Exercise("ch06.1", "a warp sum: the butterfly", "complete", "row_sums_kernel", check_row_sums),
-    Exercise("ch06.2", "softmax, a thread per row", "write", "softmax_rows_kernel", check_softmax),
+    Exercise("ch06.2", "softmax, a thread per row", "write", "softmax_rows_kernel", check_softmax,
+             grids=("more blocks", "one block")),
     Exercise("ch06.3", "a warp max only lane 0 knows", "fix", "subtract_row_max_kernel", check_subtract_max),
     Exercise("ch06.4", "log_softmax, a warp per row", "write", "log_softmax_kernel", check_log_softmax),
 ]

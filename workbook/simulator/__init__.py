@@ -142,8 +142,48 @@ def _configured_copy(self, configuration):
 
     The stock simulator configures the kernel object itself and returns it, so launchers kept for
     later (`launches = [k[g, b, s] for s in streams]`) would all run with the last configuration.
+    Inside `regridded(...)`, the grid is changed on the way (exercise checks, see there).
     """
+    if _regrid is not None:
+        configuration = _regrid(self, configuration)
     return _stock_getitem(copy.copy(self), configuration)
+
+
+_regrid = None  # (kernel, configuration) -> configuration, while regridded() is in force
+
+GRIDS = {
+    "one block": "one block in place of the wrapper's grid, so that a grid-stride loop must go round",
+    "more blocks": "twice the wrapper's blocks and one more, so that threads past the data must do nothing",
+}
+
+
+def regridded(module_name, how):
+    """A context in which kernels defined in `module_name` launch on another grid (`how`, a key of
+    GRIDS), their blocks unchanged: a check run this way finds an answer that is right only for the
+    grid its wrapper happens to pick."""
+    import contextlib
+
+    def change(kernel, configuration):
+        if getattr(kernel.fn, "__module__", None) != module_name:
+            return configuration
+        grid, rest = configuration[0], tuple(configuration[1:])
+        dims = (grid,) if isinstance(grid, int | np.integer) else tuple(grid)
+        if how == "one block":
+            dims = (1,) * len(dims)
+        else:
+            dims = tuple(2 * int(d) + 1 for d in dims)
+        return (dims[0] if len(dims) == 1 else dims, *rest)
+
+    @contextlib.contextmanager
+    def regrid():
+        global _regrid
+        before, _regrid = _regrid, change
+        try:
+            yield
+        finally:
+            _regrid = before
+
+    return regrid()
 
 
 _launch_numbers = itertools.count(1)
