@@ -22,6 +22,7 @@ def _vote_predicate(op, predicate):
 
 
 def _shuffle_value(op, value):
+    value = as_read(value)
     # A Python int or float is an int64 or float64 to numba.
     if not (isinstance(value, (np.int32, np.int64, np.float32, np.float64)) or type(value) in (int, float)):
         raise TypeError(
@@ -113,6 +114,13 @@ class DeclaredInt(int):
         return made
 
 
+def as_read(value):
+    """An array element as numba types it: the narrow integer the simulator widened for arithmetic
+    (watch.widened) back to its own type."""
+    read_as = getattr(value, "read_as", None)
+    return value if read_as is None else read_as.type(value)
+
+
 def _bits_and_width(value):
     if isinstance(value, (bool, np.bool_)):
         return int(value), 8  # numba picks the int8 overload for a boolean
@@ -127,21 +135,25 @@ def _like(value, result):
 
 
 def popc(self, value):
+    value = as_read(value)
     bits, _ = _bits_and_width(value)
     return _like(value, bin(bits).count("1"))
 
 
 def clz(self, value):
+    value = as_read(value)
     bits, width = _bits_and_width(value)
     return _like(value, width - bits.bit_length())
 
 
 def ffs(self, value):
+    value = as_read(value)
     bits, _ = _bits_and_width(value)
     return np.uint32((bits & -bits).bit_length())  # lowest set bit, counted from 1; 0 for 0
 
 
 def brev(self, value):
+    value = as_read(value)
     if isinstance(value, np.uint64) or (type(value) is int and value >= 1 << 63):  # numba's uint64 overload
         return np.uint64(int(f"{int(value):064b}"[::-1], 2))
     low_bits = int(value) & FULL_MASK  # anything else is converted to uint32
