@@ -100,7 +100,8 @@ import os
 import numpy as np
 
 from . import watch
-from .intrinsics import INTRINSICS, DeclaredInt
+from .intrinsics import INTRINSICS
+from .numba_typing import as_declared, declared_types
 from .sanitizer import RaceError, Sanitizer, UninitializedReadError, sanitizing  # noqa: F401
 from .scheduler import (FULL_MASK, STRICT_ENV, TIME_LIMIT_ENV, WARP_SIZE, BlockScheduler,  # noqa: F401
                         KernelTimeoutError, StrictModeError,
@@ -197,7 +198,7 @@ def _launches(kernel):
     def call(self, *args):
         declared = getattr(self, "_declared", None)
         if declared is not None and not (self._device or kernel._kernel_context):
-            args = _as_declared(args, declared)
+            args = as_declared(args, declared)
         if self._device or kernel._kernel_context or not watch.active():
             return stock_call(self, *args)
         number = next(_launch_numbers)
@@ -229,7 +230,7 @@ def _jit_options():
     argument to its declared type, so `cuda.clz(c)` sees an int32 where the caller passed the Python
     int 0x00100000; the stock simulator ignored the signature and computed with whatever it was
     given (a Python int: 64 bits). The declared types are kept on the kernel (`_declared`); a launch
-    converts its scalar arguments to them (`_as_declared`) and the compile hook compiles for them."""
+    converts its integer arguments to them (`numba_typing.as_declared`) and the compile hook compiles for them."""
     import numba.cuda
     from numba.cuda import simulator
     from numba.cuda.simulator import api, kernel
@@ -238,7 +239,7 @@ def _jit_options():
 
     def jit(func_or_sig=None, *args, forceinline=False, **options):
         made = stock(func_or_sig, *args, **options)
-        declared = _declared_types(func_or_sig)
+        declared = declared_types(func_or_sig)
 
         def mark(decorated):
             if forceinline:
@@ -252,34 +253,3 @@ def _jit_options():
         return lambda fn: mark(made(fn))
 
     api.jit = simulator.jit = numba.cuda.jit = jit
-
-
-def _declared_types(func_or_sig):
-    """The argument types of one declared signature ("void(int32[:], int32)"), else None."""
-    from numba.core import sigutils
-
-    if not (isinstance(func_or_sig, str) or sigutils.is_signature(func_or_sig)) or isinstance(func_or_sig, list):
-        return None
-    try:
-        arguments, _ = sigutils.normalize_signature(func_or_sig)
-    except Exception:  # noqa: BLE001  (numba's own jit reports a bad signature)
-        return None
-    return tuple(arguments)
-
-
-def _as_declared(args, declared):
-    """Integer arguments converted to their declared widths, wrapping as a GPU launch converts them
-    (0xFFFFFFFF declared int32 is -1), as a `DeclaredInt` (intrinsics.py). Floats are left as given:
-    converting them changes what the simulator's Python `round` computes, which numba emulates
-    differently anyway."""
-    from numba.core import types
-    from numba.np import numpy_support
-
-    converted = []
-    for value, declared_type in zip(args, declared, strict=False):
-        if (isinstance(declared_type, types.Integer) and isinstance(value, int | np.integer)
-                and not isinstance(value, bool)):
-            dtype = numpy_support.as_dtype(declared_type)
-            value = DeclaredInt(np.array(int(value) % (1 << 64), np.uint64).astype(dtype)[()], dtype)
-        converted.append(value)
-    return tuple(converted) + tuple(args[len(converted):])

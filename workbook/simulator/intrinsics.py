@@ -7,6 +7,8 @@ import threading
 
 import numpy as np
 
+from .numba_typing import DeclaredInt, as_read
+
 from .scheduler import FULL_MASK, SHFL_BFLY, SHFL_DOWN, SHFL_IDX, SHFL_UP, _is_integer
 
 # --------------------------------------------------------------------------------------------------
@@ -101,24 +103,6 @@ def lanemask_lt(self):
 # Bit manipulation. numba types a numpy integer as itself and a plain Python int as int64 (uint64 from
 # 2**63 up); popc and clz return that type, ffs a uint32, and brev exists only for uint32 and uint64:
 # numba converts every other integer (int64 included) to uint32, keeping the low 32 bits.
-
-
-class DeclaredInt(int):
-    """A kernel argument declared as a narrow integer (`cuda.jit("void(int32[:], int32)")`): a Python
-    int, so that Python's own functions (math.ldexp) take it as numba's do, that remembers its
-    declared type for the bit intrinsics (clz of an int32 counts 32 bits)."""
-
-    def __new__(cls, value, dtype):
-        made = super().__new__(cls, value)
-        made.dtype = np.dtype(dtype)
-        return made
-
-
-def as_read(value):
-    """An array element as numba types it: the narrow integer the simulator widened for arithmetic
-    (watch.widened) back to its own type."""
-    read_as = getattr(value, "read_as", None)
-    return value if read_as is None else read_as.type(value)
 
 
 def _bits_and_width(value):

@@ -4,8 +4,8 @@ array, by which simulated thread, at which point of the kernel's source.
 The simulator runs a kernel as Python, so every `x[i]` inside it is a call to the array's
 `__getitem__`. `install()` wraps those calls. Always: a negative index, or one past the end, is an
 error naming the kernel, the block, the thread and the source line (NumPy would wrap -1 to the last
-element silently; numba on a GPU reads whatever lies there); an integer narrower than 64 bits is
-read widened, as numba computes with it (`widened`). And while a *listener* is registered
+element silently; numba on a GPU reads whatever lies there); an integer element is read as numba
+computes with it (numba_typing.py). And while a *listener* is registered
 (the memory trace, `workbook.memtrace`; the sanitizer, `sanitizer.py`), each element access is
 handed to it as an `Access`:
 
@@ -20,30 +20,26 @@ Accesses inside `cuda.atomic.*` are not reported: atomics do not race, and their
 what the lessons count. With no listener, a plain run pays one list test per access.
 """
 
+import contextlib
 import sys
 import threading
 
 import numpy as np
 
+from .numba_typing import widened
+
 _listeners = []  # objects with .access(Access) and .launch_ended(); see listening()
 _local = threading.local()  # .atomic: inside a cuda.atomic.* call
 
 
+@contextlib.contextmanager
 def listening(listener):
-    """Register a listener (a context manager: `with listening(trace): kernel[...](...)`)."""
-    return _Listening(listener)
-
-
-class _Listening:
-    def __init__(self, listener):
-        self.listener = listener
-
-    def __enter__(self):
-        _listeners.append(self.listener)
-        return self.listener
-
-    def __exit__(self, *exc):
-        _listeners.remove(self.listener)
+    """Register a listener while the block runs: `with listening(trace): kernel[...](...)`."""
+    _listeners.append(listener)
+    try:
+        yield listener
+    finally:
+        _listeners.remove(listener)
 
 
 def active():
@@ -112,77 +108,6 @@ def report(space, op, array, index, value=None, size=None, depth=2):
                     sys._getframe(depth))
     for listener in list(_listeners):
         listener.access(access)
-
-
-# ---------------------------------------------------------------------------------------------
-# Integer reads, typed as numba types them
-
-
-def _integer_kind(value):
-    """'u' or 'i' for an integer as numba types it (a Python int is an int64), None for anything else."""
-    read_as = getattr(value, "read_as", None) or getattr(value, "dtype", None)
-    if isinstance(value, bool | np.bool_):
-        return None
-    if isinstance(value, int) and read_as is None:
-        return "i"
-    return read_as.kind if isinstance(value, int | np.integer) and read_as.kind in "ui" else None
-
-
-def _as(result, value):
-    try:
-        return result(value)
-    except OverflowError:  # a uint64 past int64's range, or a negative int64 made unsigned: wrap
-        return np.array(int(value) % (1 << 64), np.uint64).astype(result)[()]
-
-
-def _numba_binary(op, shift=False):
-    """An operator with numba's integer typing (checked against numba's CPU signatures): two unsigned
-    operands give a uint64, any signed one (a Python int is one) an int64; a shift takes the left
-    operand's signedness. Floats and anything else: NumPy's rules on the 64-bit value."""
-    def apply(left, right):
-        kinds = (_integer_kind(left), _integer_kind(right))
-        if None in kinds:
-            return op(_wide(left), _wide(right))
-        unsigned = kinds[0] == "u" if shift else kinds == ("u", "u")
-        result = np.uint64 if unsigned else np.int64
-        return op(_as(result, left), _as(result, right))
-
-    return (lambda self, other: apply(self, other)), (lambda self, other: apply(other, self))
-
-
-def _wide(value):
-    read_as = getattr(value, "read_as", None)
-    return value if read_as is None else (np.uint64(value) if read_as.kind == "u" else np.int64(value))
-
-
-def _read_type(dtype):
-    """np.int64 or np.uint64, remembering the narrow type it was read as (`read_as`), computing as
-    numba does."""
-    import operator
-
-    base = np.uint64 if dtype.kind == "u" else np.int64
-    methods = {"read_as": dtype, "__slots__": ()}
-    for name in ("add", "sub", "mul", "floordiv", "mod", "and", "or", "xor", "lshift", "rshift"):
-        op = getattr(operator, name + "_" if name in ("and", "or") else name)
-        methods[f"__{name}__"], methods[f"__r{name}__"] = _numba_binary(op, shift=name.endswith("shift"))
-    methods["__invert__"] = lambda self: ~_wide(self)
-    return type(f"{dtype.name}_as_read", (base,), methods)
-
-
-_READ_TYPES = {np.dtype(t): _read_type(np.dtype(t)) for t in (np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32)}
-
-
-def widened(value):
-    """An integer read from an array, as numba computes with it: arithmetic on integers narrower than
-    64 bits gives 64 bits in numba (uint8 + uint8 is a uint64: 200 + 100 = 300), where NumPy keeps the
-    narrow type and wraps (200 + 100 = 44). So a sum of uint8 pixels, right on a GPU, is right here.
-    The value itself keeps its type where numba's does: `read_as` tells the intrinsics (clz of an
-    int32 element counts 32 bits, a shuffle of it is an int32 shuffle)."""
-    if isinstance(value, np.integer):
-        read_type = _READ_TYPES.get(value.dtype)
-        if read_type is not None:
-            return read_type(value)
-    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,16 +258,3 @@ def _unreported(method):
 
     atomic.__name__ = method.__name__
     return atomic
-
-
-def unreported():
-    """A context in which accesses are not reported (workbook.memory's atomic_add4)."""
-    return _Unreported()
-
-
-class _Unreported:
-    def __enter__(self):
-        _local.atomic = True
-
-    def __exit__(self, *exc):
-        _local.atomic = False
