@@ -154,3 +154,28 @@ def test_no_trace_no_wrapper(monkeypatch):
     with memtrace.trace():
         kind_of_shared[1, 1](np.zeros(1, np.float32))
     assert seen == ["ndarray", "SharedArray"]
+
+
+@cuda.jit
+def even_lanes_double(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        if cuda.threadIdx.x % 2 == 0:
+            out[i] = x[i] * 2
+        else:
+            out[i] = x[i]
+
+
+def test_divergence_names_the_lines_some_lanes_of_a_warp_skipped():
+    from pathlib import Path
+
+    x = np.arange(40, dtype=np.float32)
+    with memtrace.trace(lines=True) as t:
+        even_lanes_double[2, 32](x, np.zeros_like(x))
+    split = {Path(__file__).read_text().splitlines()[line - 1].strip(): warps
+             for (_, _, line), warps in t.divergence("even_lanes_double").items()}
+    assert split["if cuda.threadIdx.x % 2 == 0:"] == [((1, 0, 0), 0, 8, 32)]  # past n=40: 24 lanes stop
+    assert split["out[i] = x[i] * 2"] == [((0, 0, 0), 0, 16, 32), ((1, 0, 0), 0, 4, 32)]
+    assert "i = cuda.grid(1)" not in split
+    with memtrace.trace() as plain, pytest.raises(RuntimeError, match="lines=True"):
+        plain.divergence()

@@ -150,7 +150,7 @@ def profile(args):
         return 2
     exercise = found[args.exercise]
     module = ex.load(exercise.chapter, "solutions" if args.solutions else "exercises")
-    with memtrace.trace() as trace:
+    with memtrace.trace(lines=True) as trace:
         result = ex.evaluate(exercise, module)
     console = tables.console()
     console.print(f"[bold]{exercise.id}[/] ({exercise.title}): {result.status}"

@@ -45,14 +45,16 @@ GLOBAL, SHARED = "global", "shared"
 
 
 @contextlib.contextmanager
-def trace():
-    """Record every global and shared access of the kernels launched inside (simulator only)."""
+def trace(lines=False):
+    """Record every global and shared access of the kernels launched inside (simulator only);
+    lines=True also records which lanes of each warp ran each line (`divergence()`), at a few
+    times the cost."""
     import workbook
 
     if workbook.ON_GPU:
         raise RuntimeError("memtrace.trace() runs in the simulator (WORKBOOK_DEVICE=sim): on a GPU use "
                            "Nsight Compute, whose counters it models")
-    recorder = Trace()
+    recorder = Trace(lines)
     with watch.listening(recorder):
         yield recorder
 
@@ -60,7 +62,9 @@ def trace():
 class Trace:
     """The accesses of the kernels launched while it listened, grouped into warp-level requests."""
 
-    def __init__(self):
+    def __init__(self, lines=False):
+        self.wants_lines = lines  # scheduler.line_tracer hands this trace every line a thread runs
+        self._ran = collections.defaultdict(int)  # (kernel, file, line, block, warp) -> lanes (bits) that ran it
         self._lock = threading.Lock()
         self._occurrence = collections.Counter()  # (block, thread, code, lasti) -> times reached
         self._roots = {}  # id -> allocation, kept alive so that ids stay unique
@@ -97,7 +101,30 @@ class Trace:
             request.lanes.append((me.lane, id(a.root), a.offset, a.size))
             self.threads[(kernel, tuple(me.blockIdx), tuple(me.threadIdx))][f"{a.space} {a.op}"] += 1
 
+    def line(self, thread, code, line):
+        key = (thread.block.kernel.__name__, code.co_filename, line, tuple(thread.block.block_idx),
+               thread.thread_id // WARP)
+        with self._lock:  # the simulated threads are Python threads: |= on a dict entry is not atomic
+            self._ran[key] |= thread.bit
+
     # -- what it measured ---------------------------------------------------------------------------
+
+    def divergence(self, kernel=None):
+        """{(kernel, file, line): [(block, warp, lanes that ran it, lanes of the warp that ran the
+        kernel)]}, for the lines some lanes of a warp ran and others did not: where the warp split.
+        Needs trace(lines=True)."""
+        if not self.wants_lines:
+            raise RuntimeError("divergence needs memtrace.trace(lines=True)")
+        live = collections.defaultdict(int)  # (kernel, block, warp) -> lanes that ran any line
+        for (name, _, _, block, warp), lanes in self._ran.items():
+            live[name, block, warp] |= lanes
+        split = {}
+        for (name, file, line, block, warp), lanes in sorted(self._ran.items()):
+            everyone = live[name, block, warp]
+            if (kernel is None or name == kernel) and lanes != everyone:
+                split.setdefault((name, file, line), []).append((block, warp, bin(lanes).count("1"),
+                                                                  bin(everyone).count("1")))
+        return split
 
     def requests(self, kernel=None):
         return [r for r in self._requests.values() if kernel is None or r.kernel == kernel]
@@ -123,7 +150,7 @@ class Trace:
 
     def show(self, console=None, kernel=None):
         """Print the source view: per kernel and line, requests, sectors per request, efficiency,
-        shared-memory wavefronts and bank conflicts."""
+        shared-memory wavefronts and bank conflicts; with trace(lines=True), the lines where warps split."""
         from rich.table import Table
 
         from . import tables
@@ -142,6 +169,25 @@ class Trace:
             for label, totals in sorted(spaces.items()):
                 table.add_row("[bold]all", label, str(totals.requests), *totals.cells())
             console.print(table)
+            if self.wants_lines:
+                self._show_divergence(console, name)
+
+    def _show_divergence(self, console, kernel):
+        from rich.table import Table
+
+        split = self.divergence(kernel)
+        if not split:
+            console.print(f"{kernel}: every warp ran every line with all its lanes (no divergence)")
+            return
+        table = Table(title=f"{kernel}: lines some lanes of a warp skipped", title_justify="left")
+        for column in ("line", "warps split", "lanes that ran it (of the warp's)", "first such warp"):
+            table.add_column(column)
+        for (_, file, line), warps in split.items():
+            ran = sorted({f"{r}/{of}" for _, _, r, of in warps})
+            block, warp, _, _ = warps[0]
+            table.add_row(f"{file.rsplit('/', 1)[-1]}:{line}", str(len(warps)), ", ".join(ran[:4])
+                          + (" ..." if len(ran) > 4 else ""), f"block {block}, warp {warp}")
+        console.print(table)
 
 
     def draw(self, kernel, line=None, space=GLOBAL, op=LOAD, axes=None):

@@ -168,7 +168,14 @@ class _Thread(threading.Thread):
                 # A GPU computes with NaN and Inf without a word: so does a simulated thread (NumPy
                 # would warn at every one); numba's debug mode still raises on a division by zero.
                 with np.errstate(divide="raise") if block.debug else np.errstate(all="ignore"):
-                    block.kernel(*block.args)
+                    tracer = line_tracer(self)  # the lines this thread runs, for a memory trace that asks
+                    if tracer is not None:
+                        sys.settrace(tracer)
+                    try:
+                        block.kernel(*block.args)
+                    finally:
+                        if tracer is not None:
+                            sys.settrace(None)
             except _Abort:
                 pass
             except Exception as error:
@@ -193,6 +200,39 @@ class _Thread(threading.Thread):
     def syncthreads_or(self, predicate):
         count, _ = self.block.barrier(self, "syncthreads_or", _integer_predicate("syncthreads_or", predicate))
         return 1 if count else 0
+
+
+_NOT_KERNELS = (sys.prefix, sys.base_prefix, sys.exec_prefix, "<", os.path.dirname(os.path.dirname(__file__)))
+
+
+def _is_kernel_code(filename, _seen={}):  # noqa: B006  (a cache)
+    """Code a student or a chapter wrote: not Python's, not a package's, not the workbook's own."""
+    known = _seen.get(filename)
+    if known is None:
+        known = _seen[filename] = not filename.startswith(_NOT_KERNELS) and "site-packages" not in filename
+    return known
+
+
+def line_tracer(thread):
+    """A sys.settrace function that hands each line of kernel code this thread runs to the listeners
+    that want lines (watch.py), or None when none does."""
+    from . import watch
+
+    wanting = [listener for listener in watch._listeners if getattr(listener, "wants_lines", False)]
+    if not wanting:
+        return None
+
+    def local(frame, event, _):
+        if event == "line":
+            for listener in wanting:
+                listener.line(thread, frame.f_code, frame.f_lineno)
+        return local
+
+    def calls(frame, event, _):
+        return local if _is_kernel_code(frame.f_code.co_filename) else None
+
+
+    return calls
 
 
 _block_serials = itertools.count()
