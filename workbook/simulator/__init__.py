@@ -132,7 +132,7 @@ def install():
     _jit_options()
     kernel._workbook_simulator_installed = True
     if os.environ.get(SANITIZE_ENV, "").strip() not in ("", "0"):  # every launch of this process sanitized
-        watch._listeners.append(Sanitizer())
+        watch._listeners.append(Sanitizer(budget=None))
 
 
 _stock_getitem = None
@@ -154,25 +154,37 @@ _regrid = None  # (kernel, configuration) -> configuration, while regridded() is
 
 GRIDS = {
     "one block": "one block in place of the wrapper's grid, so that a grid-stride loop must go round",
-    "more blocks": "twice the wrapper's blocks and one more, so that threads past the data must do nothing",
+    "more blocks": "one more block along each dimension of the wrapper's grid, so that threads past the data "
+                   "must do nothing",
 }
 
 
-def regridded(module_name, how):
+class EnoughLaunches(BaseException):
+    """Raised by the launch after `regridded(..., launches=N)`'s N-th: the check has been tried enough
+    (a BaseException, so that no check's own `except Exception` swallows it)."""
+
+
+def regridded(module_name, how, launches=None):
     """A context in which kernels defined in `module_name` launch on another grid (`how`, a key of
     GRIDS), their blocks unchanged: a check run this way finds an answer that is right only for the
-    grid its wrapper happens to pick."""
+    grid its wrapper happens to pick. With `launches`, the launch after that many raises
+    EnoughLaunches: a check's first cases (its small, awkward sizes) are where such answers fail."""
     import contextlib
+
+    made = [0]
 
     def change(kernel, configuration):
         if getattr(kernel.fn, "__module__", None) != module_name:
             return configuration
+        made[0] += 1
+        if launches is not None and made[0] > launches:
+            raise EnoughLaunches()
         grid, rest = configuration[0], tuple(configuration[1:])
         dims = (grid,) if isinstance(grid, int | np.integer) else tuple(grid)
         if how == "one block":
             dims = (1,) * len(dims)
         else:
-            dims = tuple(2 * int(d) + 1 for d in dims)
+            dims = tuple(int(d) + 1 for d in dims)
         return (dims[0] if len(dims) == 1 else dims, *rest)
 
     @contextlib.contextmanager
@@ -202,15 +214,17 @@ def _launches(kernel):
         if self._device or kernel._kernel_context or not watch.active():
             return stock_call(self, *args)
         number = next(_launch_numbers)
-        for listener in list(watch._listeners):
+        listeners = list(watch._listeners)  # told of the end too, even if one stepped aside meanwhile
+        watch.forget_arrays()
+        for listener in listeners:
             listener.launch_started(number, self)
         try:
             result = stock_call(self, *args)
         except BaseException:
-            for listener in list(watch._listeners):
+            for listener in listeners:
                 listener.launch_ended(number, self, failed=True)
             raise
-        for listener in list(watch._listeners):
+        for listener in listeners:
             listener.launch_ended(number, self)  # the sanitizer may raise what it found at the end
         return result
 

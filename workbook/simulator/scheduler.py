@@ -147,6 +147,8 @@ class _Thread(threading.Thread):
         self.block = block
         self.blockIdx = Dim3(*block_idx)
         self.threadIdx = Dim3(*thread_idx)
+        self.indices = (tuple(block_idx), tuple(thread_idx))  # for messages, made once
+        self.in_atomic = False  # inside a cuda.atomic.* call: its accesses are not reported (watch.py)
         self.thread_id = thread_id
         self.lane = thread_id % WARP_SIZE
         self.bit = 1 << self.lane

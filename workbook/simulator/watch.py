@@ -29,7 +29,6 @@ import numpy as np
 from .numba_typing import widened
 
 _listeners = []  # objects with .access(Access) and .launch_ended(); see listening()
-_local = threading.local()  # .atomic: inside a cuda.atomic.* call
 
 
 @contextlib.contextmanager
@@ -95,18 +94,31 @@ def element_offset(array, index):
     return offset
 
 
+_arrays = {}  # id(array) -> (array, its allocation, its byte offset there): asked once per launch
+
+
+def forget_arrays():
+    """Called at each launch: the arrays of the last one may be gone, and their ids reused."""
+    _arrays.clear()
+
+
 def report(space, op, array, index, value=None, size=None, depth=2):
     """Hand one access of array[index] (an element, or `size` bytes from it) to the listeners."""
     me = threading.current_thread()
-    if getattr(_local, "atomic", False) or not hasattr(me, "block"):
+    if getattr(me, "in_atomic", True):  # inside cuda.atomic.*, or not a simulated thread at all
         return
-    offset = element_offset(array, index)
-    if offset is None:
-        return
-    root, base = root_of(array)
-    access = Access(me, space, op, array, root, base + offset, size or array.itemsize, index, value,
+    known = _arrays.get(id(array))
+    if known is None or known[0] is not array:  # (array, allocation, offset there, 1-D stride or None)
+        known = _arrays[id(array)] = (array, *root_of(array), array.strides[0] if array.ndim == 1 else None)
+    if type(index) is int and known[3] is not None:  # the common case, without element_offset's loop
+        offset = index * known[3]
+    else:
+        offset = element_offset(array, index)
+        if offset is None:
+            return
+    access = Access(me, space, op, array, known[1], known[2] + offset, size or array.itemsize, index, value,
                     sys._getframe(depth))
-    for listener in list(_listeners):
+    for listener in tuple(_listeners):  # a listener may step aside while it is told
         listener.access(access)
 
 
@@ -250,11 +262,12 @@ def install():
 
 def _unreported(method):
     def atomic(*args, **kwargs):
-        _local.atomic = True
+        me = threading.current_thread()
+        me.in_atomic = True
         try:
             return method(*args, **kwargs)
         finally:
-            _local.atomic = False
+            me.in_atomic = False
 
     atomic.__name__ = method.__name__
     return atomic
