@@ -89,12 +89,17 @@ _READ_TYPES = {np.dtype(t): _read_type(np.dtype(t))
                for t in (np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32)}
 
 
+_NOT_NARROW = {float, int, bool, np.float16, np.float32, np.float64, np.int64, np.uint64, np.bool_}
+
+
 def widened(value):
     """An integer read from an array, as numba computes with it: arithmetic on integers narrower than
     64 bits gives 64 bits in numba (uint8 + uint8 is a uint64: 200 + 100 = 300), where NumPy keeps the
     narrow type and wraps (200 + 100 = 44). So a sum of uint8 pixels, right on a GPU, is right here.
     The value itself keeps its type where numba's does: `read_as` tells the intrinsics (clz of an
     int32 element counts 32 bits, a shuffle of it is an int32 shuffle)."""
+    if type(value) in _NOT_NARROW:  # most reads: a float, at the cost of one set lookup
+        return value
     if isinstance(value, np.integer):
         read_type = _READ_TYPES.get(value.dtype)
         if read_type is not None:

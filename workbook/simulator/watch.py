@@ -128,6 +128,16 @@ def report(space, op, array, index, value=None, size=None, depth=2):
 
 def _bad_index(array, index):
     """Why array[index] is out of bounds (a negative or too large integer), or None."""
+    if type(index) is int:  # the common case, fast: this runs at every access of every kernel
+        return None if 0 <= index < array.shape[0] else _why_out_of_bounds(array, index)
+    if type(index) is tuple and len(index) == 2 and type(index[0]) is int and type(index[1]) is int:
+        shape = array.shape
+        if 0 <= index[0] < shape[0] and (len(shape) < 2 or 0 <= index[1] < shape[1]):
+            return None
+    return _why_out_of_bounds(array, index)
+
+
+def _why_out_of_bounds(array, index):
     for axis, value in enumerate(index if isinstance(index, tuple) else (index,)):
         if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
             if value < 0:
