@@ -229,10 +229,10 @@ if workbook.ON_GPU:
 # `l1tex__t_sectors_pipe_lsu_mem_global_op_ld` over `..._requests_...`). Below: the gather's sectors
 # per request, traced on this machine, beside the useful GB/s the reference GPU measured. Up to
 # stride 8 the rate falls as the sectors per load rise, until every lane has a sector of its own.
-# Past it the count stays at 32 sectors a request, yet the measured rate halves once more from
-# stride 8 to 16: the trace models the L1's sectors, not DRAM, which the numbers suggest is read in
-# pairs of sectors (64 bytes) - at stride 8 two lanes share a pair, from stride 16 on each needs
-# its own. The three copies move every byte they fetch; the 16-byte quads do it in a quarter of
+# Past it the count stays at 32 sectors a request, yet the stored rate still falls from stride 8
+# to 16 (the last column): the trace models the L1's sectors, not DRAM, which the numbers suggest is
+# read in pairs of sectors (64 bytes) - at stride 8 two lanes share a pair, from stride 16 on each
+# needs its own. The three copies move every byte they fetch; the 16-byte quads do it in a quarter of
 # the requests. The picture is one warp's load at the last stride: each lane's 4 bytes, and the
 # sectors (grey) moved to serve them.
 

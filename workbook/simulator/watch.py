@@ -10,8 +10,8 @@ computes with it (numba_typing.py). And while a *listener* is registered
 handed to it as an `Access`:
 
     kernel line 12:   out[i] = x[i] * 2.0
-                      |        '- Access(op="ld", space="global", array=x, offset=4*i, size=4, ...)
-                      '- Access(op="st", space="global", array=out, offset=4*i, size=4, value=...)
+                      |        '- Access(op="ld", space="global", root=x, offset=4*i, size=4, ...)
+                      '- Access(op="st", space="global", root=out, offset=4*i, size=4, value=...)
 
 Shared arrays are plain NumPy arrays in numba's simulator; while a listener is registered,
 `cuda.shared.array` hands the kernel a thin wrapper (`SharedArray`) that reports the same way.
@@ -48,11 +48,11 @@ def active():
 class Access:
     """One element access of one simulated thread (a 16-byte vector access is one Access)."""
 
-    __slots__ = ("thread", "space", "op", "array", "root", "offset", "size", "index", "value", "code", "line")
+    __slots__ = ("thread", "space", "op", "root", "offset", "size", "index", "value", "code", "line")
 
-    def __init__(self, thread, space, op, array, root, offset, size, index, value, frame):
+    def __init__(self, thread, space, op, root, offset, size, index, value, frame):
         self.thread, self.space, self.op = thread, space, op
-        self.array, self.root, self.offset, self.size = array, root, offset, size
+        self.root, self.offset, self.size = root, offset, size
         self.index, self.value = index, value
         self.code, self.line = frame.f_code, frame.f_lineno
 
@@ -116,7 +116,7 @@ def report(space, op, array, index, value=None, size=None, depth=2):
         offset = element_offset(array, index)
         if offset is None:
             return
-    access = Access(me, space, op, array, known[1], known[2] + offset, size or array.itemsize, index, value,
+    access = Access(me, space, op, known[1], known[2] + offset, size or array.itemsize, index, value,
                     sys._getframe(depth))
     for listener in tuple(_listeners):  # a listener may step aside while it is told
         listener.access(access)
