@@ -80,7 +80,6 @@ class Sampler:
         self._thread.start()
 
     def top(self, n=60):
-        self._stop.set()
         return [(key, round(count * self.interval, 1)) for key, count in self.inclusive.most_common(n)]
 
 
@@ -134,7 +133,13 @@ def main():
     if sampler:
         sampler.start()
     print(f"importing workbook: {time.perf_counter() - process_started:.1f} s", file=sys.__stderr__)
-    report = {chapter: run_chapter(chapter, clock) for chapter in args.chapters}
+    report = {}
+    for chapter in args.chapters:  # written after each chapter: a run cut short keeps what it measured
+        report[chapter] = run_chapter(chapter, clock)
+        if sampler:
+            report["sampled"] = sampler.top(150)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
     if sampler:
         report["sampled"] = sampler.top(150)
         for key, seconds in report["sampled"][:40]:

@@ -1,10 +1,12 @@
 """The simulator's sanitizer against compute-sanitizer, on kernels planted with a race and on their
 correct twins.
 
-    python tools/validate_sanitizer.py sim            # the simulator's verdicts (CPU)
+    python tools/validate_sanitizer.py sim [OUT.json] # the simulator's verdicts (CPU)
     python tools/validate_sanitizer.py gpu OUT.json   # on the GPU: each case under compute-sanitizer
                                                       # --tool racecheck (shared memory: all it checks)
     python tools/validate_sanitizer.py launch NAME    # (what the gpu side runs: one case, on the GPU)
+    python tools/validate_sanitizer.py compare SIM.json GPU.json [--store]   # the table; --store keeps
+                                                      # it in results/<device>/sanitizer_validation.json
 
 Each case is one launch. compute-sanitizer's racecheck sees shared memory only; the global-memory
 races the simulator names (a read-modify-write from many threads, two blocks on one word) have no
@@ -13,6 +15,7 @@ counterpart there, so only the shared-memory cases are compared. A maintainer's 
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +78,7 @@ def cases():
     }
 
 
-def simulated():
+def simulated(path=None):
     from workbook.simulator import RaceError, UninitializedReadError, sanitizing
 
     verdicts = {}
@@ -87,7 +90,30 @@ def simulated():
         except (RaceError, UninitializedReadError) as error:
             verdicts[name] = f"{type(error).__name__}: {error}"
         print(f"{name:34s} planted race: {'yes' if racy else 'no ':3s}  simulator: {verdicts[name][:90]}")
+    if path:
+        Path(path).write_text(json.dumps(verdicts, indent=1))
     return verdicts
+
+
+def compare(sim_path, gpu_path, store=False):
+    """One row per case: the planted race, the simulator's verdict, compute-sanitizer's hazards."""
+    sim, gpu = json.loads(Path(sim_path).read_text()), json.loads(Path(gpu_path).read_text())
+    rows = []
+    for name, (*_, racy) in cases().items():
+        simulator_says = "race" if sim[name].startswith("RaceError") else sim[name].split(":")[0]
+        hazards = gpu.get(name, {}).get("hazards")
+        rows.append({"case": name, "planted race": racy, "simulator": simulator_says,
+                     "simulator report": sim[name], "compute-sanitizer hazards": hazards,
+                     "agree": hazards is not None and (hazards > 0) == (simulator_says == "race")})
+        print(f"{name:34s} planted: {'race' if racy else 'none':5s} simulator: {simulator_says:6s} "
+              f"compute-sanitizer: {hazards} hazard(s){'' if rows[-1]['agree'] else '   <- differs'}")
+    print(f"{sum(r['agree'] for r in rows)} of {len(rows)} verdicts agree")
+    if store:
+        from workbook import results
+
+        target = results.ROOT / "results" / results.REFERENCE_DEVICE / "sanitizer_validation.json"
+        target.write_text(json.dumps({"stamp": gpu.get("stamp"), "rows": rows}, indent=1) + "\n")
+        print(f"stored {target}")
 
 
 def measured(path):
@@ -97,17 +123,27 @@ def measured(path):
                               sys.executable, __file__, "launch", name], capture_output=True, text=True,
                              env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
         text = run.stdout + run.stderr
-        hazards = [line.strip() for line in text.splitlines() if "hazard" in line.lower() or "race reported" in line.lower()]
-        verdicts[name] = {"hazards": len(hazards), "first": hazards[:3], "exit": run.returncode,
-                          "summary": [line for line in text.splitlines() if "RACECHECK SUMMARY" in line]}
-        print(f"{name:34s} compute-sanitizer: {len(hazards)} hazard line(s) {verdicts[name]['summary']}")
+        races = [line.strip() for line in text.splitlines() if "race reported" in line.lower()]
+        counted = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed", text)
+        hazards = int(counted[1]) if counted else None  # None: the tool did not run the kernel
+        verdicts[name] = {"hazards": hazards, "races": races[:3], "exit": run.returncode,
+                          "summary": [line for line in text.splitlines() if "RACECHECK SUMMARY" in line],
+                          "tail": text[-1500:]}
+        print(f"{name:34s} compute-sanitizer: {hazards} hazard(s) {verdicts[name]['summary']}")
+    stamp = subprocess.run([sys.executable, "-c", "import json, workbook; from workbook import results; "
+                            "print(json.dumps(results.stamp()))"], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, WORKBOOK_DEVICE="gpu",
+                                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
+    verdicts["stamp"] = json.loads(stamp.stdout.strip().splitlines()[-1])
     Path(path).write_text(json.dumps(verdicts, indent=1))
 
 
 def main():
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what == "sim":
-        simulated()
+        simulated(sys.argv[2] if len(sys.argv) > 2 else None)
+    elif what == "compare":
+        compare(sys.argv[2], sys.argv[3], store="--store" in sys.argv)
     elif what == "gpu":
         measured(sys.argv[2])
     elif what == "launch":

@@ -159,7 +159,7 @@ class _Pool:
                 env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", WORKBOOK_DEVICE="compile",
                            NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING="1",
                            PYTHONPATH=os.pathsep.join([str(ROOT), os.getcwd(), os.environ.get("PYTHONPATH", "")]))
-                return subprocess.Popen([sys.executable, "-m", "workbook.compile_pool", "--serve"],
+                return subprocess.Popen([sys.executable, "-c", "from workbook.compile_pool import serve; serve()"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                         start_new_session=True)
         return self.idle.get()
@@ -226,6 +226,3 @@ def serve():
             answer = {"states": None, "error": f"{type(error).__name__}: {error}"}
         _send(stdout, answer)
 
-
-if __name__ == "__main__" and "--serve" in sys.argv:
-    serve()

@@ -304,7 +304,7 @@ class Compiler:
         if self.process is None or self.process.poll() is not None:
             # its own session: a Ctrl-C or a notebook's shutdown reaches this process, which closes
             # the pipe, and the worker ends quietly
-            self.process = subprocess.Popen([sys.executable, "-m", "workbook.compiler", "--serve"],
+            self.process = subprocess.Popen([sys.executable, "-c", "from workbook.compiler import serve; serve()"],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env(),
                                             cwd=ROOT, start_new_session=True)
         return self.process
@@ -533,6 +533,3 @@ def ptx(kernel, argtypes, cc=CCS[0]):
         raise GPUCompileError(answer["error"])
     return answer["targets"][CCS.index(tuple(cc))]["ptx"]
 
-
-if __name__ == "__main__" and "--serve" in sys.argv:
-    serve()

@@ -52,7 +52,9 @@ def choose_mode():
     if wanted == "compile":
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
         return "compile"
-    if wanted == "sim" or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    # NUMBA_ENABLE_CUDASIM=1 (inherited from a simulated parent process, say) decides only "auto":
+    # WORKBOOK_DEVICE=gpu asked for the GPU by name.
+    if wanted == "sim" or (wanted == "auto" and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"):
         mode = "sim"
     elif wanted == "gpu":
         if not _driver_sees_a_gpu():

@@ -59,6 +59,20 @@ def trace(lines=False):
         yield recorder
 
 
+def measured(case):
+    """Nsight Compute's counts of one launch of tools/validate_memtrace.py on the reference GPU, as
+    stored: {"global ld sectors": ..., "shared st bank_conflicts": ..., ...} (see that tool)."""
+    import json
+
+    from . import results
+
+    stored = json.loads((results.RESULTS / results.REFERENCE_DEVICE / "memtrace_validation.json").read_text())
+    counts = {row["counter"]: row["ncu"] for row in stored["rows"] if row["case"] == case}
+    if not counts:
+        raise KeyError(f"no stored Nsight Compute counts for {case!r}: run tools/validate_memtrace.py")
+    return counts
+
+
 class Trace:
     """The accesses of the kernels launched while it listened, grouped into warp-level requests."""
 

@@ -39,7 +39,7 @@
 import numpy as np
 
 import workbook
-from workbook import cuda, plots
+from workbook import cuda, host, plots
 
 from chapters.ch00_measuring import kernels as k
 
@@ -146,7 +146,7 @@ print("all kernels agree with NumPy at sizes", odd_sizes)
 
 # %%
 n = workbook.size(gpu=1 << 26, sim=4096)
-src = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
+src = cuda.to_device(host.standard_normal(rng, n))  # rng.standard_normal on every core
 dst = cuda.device_array_like(src)
 torch_src, torch_dst = workbook.bench.torch_view(src), workbook.bench.torch_view(dst)
 
@@ -175,7 +175,7 @@ chapter.bar("optimized copy vs torch copy_ (same run), n=2^26",
 
 # %%
 x = src
-y = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
+y = cuda.to_device(host.standard_normal(rng, n))
 out = cuda.device_array_like(x)
 torch_x, torch_y, torch_out = (workbook.bench.torch_view(a) for a in (x, y, out))
 

@@ -39,7 +39,7 @@
 import numpy as np
 
 import workbook
-from workbook import cuda, plots
+from workbook import cuda, host, plots
 
 from chapters.ch01_relu_mask import batchnorm as bn
 from chapters.ch01_relu_mask import kernels as k
@@ -185,7 +185,7 @@ for n in odd_sizes:
         y_dev, mask_dev = forward(x_dev, cuda.device_array(n, np.float32), cuda.device_array(k.mask_words(n), np.uint32))
         workbook.assert_close(y_dev, y_ref, exact=True, name=f"{forward.__name__} y, n={n}")
         workbook.assert_bitmask(mask_dev, x_host > 0, name=f"{forward.__name__} mask, n={n}")
-    dy_host = rng.standard_normal(n, dtype=np.float32)
+    dy_host = host.standard_normal(rng, n)  # rng.standard_normal on every core (workbook/host.py)
     dy_host[~(x_host > 0)] = np.inf  # a select gives 0 there; a multiply would give NaN
     dx_ref = k.relu_backward_reference(dy_host, x_host > 0)
     dy_dev = cuda.to_device(dy_host)
@@ -204,7 +204,7 @@ print("ReLU kernels agree with NumPy at sizes", odd_sizes)
 
 # %%
 n = workbook.size(gpu=1 << 28, sim=4096)
-x = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
+x = cuda.to_device(host.standard_normal(rng, n))
 y = cuda.device_array(n, np.float32)
 mask = cuda.device_array(k.mask_words(n), np.uint32)
 torch_x = workbook.bench.torch_view(x)
@@ -279,7 +279,7 @@ else:
 # `threshold_backward(dy, y, 0)` is what autograd runs for `relu`: 12 bytes per element.
 
 # %%
-dy = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
+dy = cuda.to_device(host.standard_normal(rng, n))
 dx = cuda.device_array(n, np.float32)
 k.relu_mask_ballot(x, y, mask)
 torch_dy, torch_y = workbook.bench.torch_view(dy), workbook.bench.torch_view(y)

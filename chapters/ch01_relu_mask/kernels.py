@@ -17,6 +17,7 @@ from numba import cuda, float32
 
 from workbook import ON_GPU
 from workbook.check import pack_bitmask
+from workbook.host import by_rows
 from workbook.inputs import require, sm_count
 from workbook.launch import LaunchCache, PreparedLaunch
 from workbook.memory import aligned, load4, store4
@@ -48,16 +49,19 @@ FILL_THE_SM = {"launch_bounds": (THREADS_PER_BLOCK, BLOCKS_PER_SM)} if ON_GPU el
 # NumPy references
 
 
+@by_rows  # on every core for a GPU's tensors (workbook/host.py); the same result
 def relu_reference(x):
     """y = max(x, 0) with NaN kept (as torch.relu does) and -0.0 turned into +0.0."""
     return np.where(np.isnan(x) | (x > 0), x, np.zeros_like(x))
 
 
+@by_rows(multiple=32)  # pieces of whole mask words
 def relu_mask_reference(x):
     """(y, mask): the forward pass and the packed bits (x > 0) the backward pass needs."""
     return relu_reference(x), pack_bitmask(x > 0)
 
 
+@by_rows
 def relu_backward_reference(dy, positive):
     """dx = dy where the input was positive, else 0: a select, so a masked inf or NaN in dy gives 0
     (dy * 0 would give NaN)."""

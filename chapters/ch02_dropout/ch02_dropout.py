@@ -41,7 +41,7 @@
 import numpy as np
 
 import workbook
-from workbook import cuda, plots
+from workbook import cuda, host, plots
 
 from chapters.ch02_dropout import kernels as k
 from chapters.ch02_dropout import philox
@@ -173,7 +173,7 @@ for p in (0.0, 0.1, 0.5, 0.9, 1.0):
 # %%
 n = workbook.size(gpu=1 << 28, sim=2048)
 p, seed, OFFSET = 0.1, 2026, 5
-x = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
+x = cuda.to_device(host.standard_normal(rng, n))  # rng.standard_normal on every core (workbook/host.py)
 y = cuda.device_array_like(x)
 mask = cuda.device_array(-(-n // 32), dtype=np.uint32)
 byte_mask = cuda.device_array(n, dtype=np.uint8)
@@ -232,7 +232,7 @@ chapter.bar("mask bytes kept by the seed-only variant", 0, at_most=0)
 # bitmask about 9 / 8.125 = 1.11× over torch's backward; the bar is 1.05×.
 
 # %%
-dy = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
+dy = cuda.to_device(host.standard_normal(rng, n))
 dx = cuda.device_array_like(dy)
 k.dropout_bitmask(x, p, seed, OFFSET, y, mask)
 k.dropout_naive(x, p, seed, y, byte_mask)
@@ -312,7 +312,7 @@ grid_backward = chapter.compare(
 # 4.125 bytes per element for the bitmask forward, 5 for torch's.
 
 # %%
-x16 = cuda.to_device(rng.standard_normal(n, dtype=np.float32).astype(np.float16))
+x16 = cuda.to_device(host.standard_normal(rng, n, np.float16))
 y16 = cuda.device_array_like(x16)
 torch_x16 = workbook.bench.torch_view(x16)
 x16_sample = x16.copy_to_host()[sample]

@@ -23,6 +23,8 @@ this way, the one source means the same thing in both places.
 import numpy as np
 from numba import cuda
 
+from workbook.host import by_rows
+
 PHILOX_M0 = np.uint64(0xD2511F53)  # round multipliers
 PHILOX_M1 = np.uint64(0xCD9E8D57)
 PHILOX_W0 = np.uint64(0x9E3779B9)  # Weyl key increments: golden ratio, sqrt(3) - 1
@@ -102,6 +104,7 @@ def philox_kernel(counters, key, out):
         out[t, 3] = r3
 
 
+@by_rows  # each counter on its own: on every core for a GPU's 2^26 counters (workbook/host.py)
 def philox4x32_reference(counters, key):
     """NumPy Philox4x32-10: counters uint32[m, 4], key (k0, k1) -> uint32[m, 4]. Vectorised over m."""
     counters = np.asarray(counters, dtype=np.uint32).reshape(-1, 4)

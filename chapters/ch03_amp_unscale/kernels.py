@@ -34,6 +34,7 @@ import numpy as np
 
 import workbook
 from workbook import cuda
+from workbook.host import each
 from workbook.inputs import require
 
 GRAD_DTYPES = (np.float32, np.float16)  # gradients; the arithmetic is float32 for both
@@ -62,10 +63,14 @@ def unscale_reference(grads, inv_scale):
     found_inf is 1.0 if any *input* value is Inf or NaN (checked before the multiply), else 0.0.
     """
     inv = np.float32(inv_scale)
-    found = any(not np.all(np.isfinite(g)) for g in grads)
-    with np.errstate(over="ignore", invalid="ignore"):
-        scaled = [(g.astype(np.float32) * inv).astype(g.dtype) for g in grads]
-    return scaled, np.array([1.0 if found else 0.0], dtype=np.float32)
+
+    def one(g):  # (g unscaled, whether g held an Inf or NaN)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (g.astype(np.float32) * inv).astype(g.dtype), not np.all(np.isfinite(g))
+
+    done = each(one, grads)  # the tensors side by side on a GPU's sizes (workbook/host.py)
+    found = any(bad for _, bad in done)
+    return [scaled for scaled, _ in done], np.array([1.0 if found else 0.0], dtype=np.float32)
 
 
 # ---------------------------------------------------------------------------------------------

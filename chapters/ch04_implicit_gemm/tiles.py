@@ -48,13 +48,14 @@ class Tile:
     warp_columns: int = 0  # a warp's 32 threads cover (32 / warp_columns) x warp_columns of the
     #                        TY x TX thread grid (0: min(TX, 32), whole rows of the grid)
     prefetch: bool = False  # load the fragments of row kk + 1 of the tile before row kk's FMAs
+    padded: bool = True  # A_s rows padded (see layout); False only to see what the padding saves
 
     @property
     def threads(self):
         return (self.BM // self.TM) * (self.BN // self.TN)
 
     def __str__(self):
-        return f"{self.BM}x{self.BN}x{self.BK}, {self.TM}x{self.TN}/thread"
+        return f"{self.BM}x{self.BN}x{self.BK}, {self.TM}x{self.TN}/thread" + ("" if self.padded else ", unpadded")
 
 
 # On the GPU: 256 threads, 8x8 outputs each. In the simulator (a Python thread per CUDA thread),
@@ -137,7 +138,7 @@ def layout(tile):
     # A_s row padding: a warp stores 32/BK consecutive rows of A into BK rows of A_s; a row pitch of
     # BM + 32/BK words puts those 32 stores into 32 different banks. A wide tile reads A_s rows 16
     # bytes at a time, so its pitch stays a multiple of 4 words.
-    A_PITCH = BM + max(G, 32 // BK)
+    A_PITCH = BM + (max(G, 32 // BK) if tile.padded else 0)
     return Layout(TY, TX, THREADS, G, A_PITCH, WARP_TX, TX // WARP_TX)
 
 

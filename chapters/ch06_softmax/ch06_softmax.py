@@ -37,7 +37,7 @@
 import numpy as np
 
 import workbook
-from workbook import cuda, plots
+from workbook import cuda, host, plots
 
 from chapters.ch06_softmax import kernels as k
 
@@ -47,7 +47,8 @@ rng = np.random.default_rng(0)
 
 
 def logits_like(rows, ncols, dtype=np.float32, scale=4.0, generator=rng):
-    return (generator.standard_normal((rows, ncols), dtype=np.float32) * np.float32(scale)).astype(dtype)
+    # generator.standard_normal((rows, ncols)), drawn on every core for a GPU's sizes (workbook/host.py)
+    return (host.standard_normal(generator, (rows, ncols)) * np.float32(scale)).astype(dtype)
 
 
 # %% [markdown]

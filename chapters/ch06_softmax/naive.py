@@ -5,12 +5,15 @@ import math
 import numpy as np
 from numba import cuda
 
+from workbook.host import by_rows
+
 from .common import NAN, NEG_INF, ONE, TREE_THREADS, ZERO
 
 # ---------------------------------------------------------------------------------------------
 # float64 NumPy references
 
 
+@by_rows  # each row on its own: on every core for a GPU's 131M logits (workbook/host.py)
 def logsumexp_reference(logits):
     """log(sum(exp(row))) per row, in float64, shifted by the row's max so that nothing overflows."""
     x = np.asarray(logits, dtype=np.float64)
@@ -20,12 +23,14 @@ def logsumexp_reference(logits):
         return np.log(np.exp(x - shift).sum(axis=1)) + shift[:, 0]
 
 
+@by_rows
 def log_softmax_reference(logits):
     x = np.asarray(logits, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         return x - logsumexp_reference(x)[:, None]
 
 
+@by_rows
 def softmax_reference(logits):
     """exp(x - lse): float64 inside, returned in the logits' dtype like the kernels' output."""
     with np.errstate(invalid="ignore"):

@@ -195,7 +195,10 @@ class SharedArray:
         ary = self._ary
         if _bad_index(ary, index):
             raise out_of_bounds(ary, index, "reads", "shared")
-        value = widened(ary[index])
+        value = ary[index]
+        if type(value) is np.ndarray:  # a view (a_s[buf, kk, ty:]): its reads are reported as they happen
+            return SharedArray(value)
+        value = widened(value)
         if _listeners:
             report("shared", "ld", ary, index, value)
         return value

@@ -1,0 +1,116 @@
+"""NumPy references on every core of the host.
+
+On a GPU the chapters check kernels on tensors of a gigabyte, and a NumPy reference of one takes
+seconds on one core: NumPy computes an array operation in one thread. But it lets go of Python's
+lock while it does, so pieces of one array computed in threads run side by side. A reference whose
+rows are independent (each output row depends only on the same rows of its inputs) can be cut into
+pieces of rows, computed at once and joined again, with the same result to the bit:
+
+    @by_rows                  # y[i] depends on x[i] only
+    def relu_reference(x): ...
+
+    @by_rows(multiple=32)     # pieces of whole 32-bit mask words
+    def relu_mask_reference(x): ...
+
+Small arrays (all of the simulator's) are computed in one call, as if undecorated. The inputs of
+such references are drawn the same way: `standard_normal(rng, shape)`.
+"""
+
+import functools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+SMALL = 1 << 20  # elements of the largest argument below which one call does it all
+
+_pools = []
+_in_piece = threading.local()  # .active: this thread computes a piece (a reference calling another)
+
+
+def _pool():
+    if not _pools:
+        _pools.append(ThreadPoolExecutor(max_workers=_cores(), thread_name_prefix="workbook-host"))
+    return _pools[0]
+
+
+def _cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _join(parts):
+    if isinstance(parts[0], tuple):
+        return tuple(_join(list(column)) for column in zip(*parts, strict=True))
+    return np.concatenate(parts)
+
+
+def by_rows(function=None, *, multiple=1):
+    """Decorator: `function(*args, **kwargs)` on pieces of rows in threads, its results (an array,
+    or a tuple of arrays) joined along their first axis.
+
+    Every NumPy array among the positional arguments is cut along its first axis at the same rows:
+    they must all have as many rows, or the call is made whole. `multiple`: each piece but the last
+    has a multiple of this many rows (32 where a result packs 32 rows into one bitmask word)."""
+    if function is None:
+        return functools.partial(by_rows, multiple=multiple)
+
+    @functools.wraps(function)
+    def pieced(*args, **kwargs):
+        cut = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.ndim > 0]
+        rows = {args[i].shape[0] for i in cut}
+        pieces = min(_cores(), next(iter(rows)) // multiple) if len(rows) == 1 else 1
+        if pieces < 2 or max(args[i].size for i in cut) < SMALL or getattr(_in_piece, "active", False):
+            return function(*args, **kwargs)
+        step = -(-next(iter(rows)) // pieces // multiple) * multiple
+        starts = range(0, next(iter(rows)), step)
+
+        def piece(start):
+            _in_piece.active = True  # a reference it calls is computed whole, in this thread
+            try:
+                return function(*(a[start:start + step] if i in cut else a for i, a in enumerate(args)), **kwargs)
+            finally:
+                _in_piece.active = False
+
+        return _join(list(_pool().map(piece, starts)))
+
+    return pieced
+
+
+def each(function, items):
+    """[function(item) for item in items], the items in threads when there is much to do (a list of
+    large arrays): a reference over a list of independent tensors."""
+    items = list(items)
+    if len(items) < 2 or getattr(_in_piece, "active", False) or sum(getattr(item, "size", 0) for item in items) < SMALL:
+        return [function(item) for item in items]
+
+    def one(item):
+        _in_piece.active = True
+        try:
+            return function(item)
+        finally:
+            _in_piece.active = False
+
+    return list(_pool().map(one, items))
+
+
+PIECES = 16  # random inputs are drawn in this many pieces, whatever the machine: the same numbers
+
+
+def standard_normal(rng, shape, dtype=np.float32):
+    """Like rng.standard_normal(shape, dtype=np.float32), astype(dtype): small sizes exactly that;
+    a GPU's sizes drawn in PIECES pieces on every core, each from its own generator spawned from
+    `rng` (Generator.spawn), so the numbers depend on rng's seed only, not on the machine."""
+    shape = (shape,) if np.ndim(shape) == 0 else tuple(shape)
+    size = int(np.prod(shape))
+    if size < SMALL:
+        return rng.standard_normal(shape, dtype=np.float32).astype(dtype, copy=False)
+    out = np.empty(size, dtype)
+    step = -(-size // PIECES)
+
+    def piece(job):
+        start, generator = job
+        out[start:start + step] = generator.standard_normal(min(step, size - start), dtype=np.float32)
+
+    list(_pool().map(piece, zip(range(0, size, step), rng.spawn(PIECES), strict=False)))
+    return out.reshape(shape)
