@@ -7,7 +7,7 @@ and the proofs that exercises, solutions and checks cannot drift apart or pass v
 """
 
 import os
-import workbook  # noqa: F401,I001
+import workbook  # noqa: I001
 
 
 import pytest
@@ -33,6 +33,9 @@ def test_exercise(exercise, request, record_property):
     record_property("exercise", ex.progress_rows([result])[0])
     if not result.passed:
         pytest.fail(result.line(), pytrace=False)
+    if not students and not workbook.ON_GPU and exercise.speed is None:  # what "work done twice" is measured against
+        assert result.traffic == ex.reference_traffic().get(exercise.id), (
+            f"{exercise.id}: chapters/exercise_traffic.json is stale: python -m workbook exercises --store-traffic")
 
 
 # ---------------------------------------------------------------------------------------------

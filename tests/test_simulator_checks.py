@@ -4,6 +4,9 @@ in exercise checks, and a compile that could not run never blamed on the kernel.
 
 import workbook  # first: applies WORKBOOK_DEVICE before numba.cuda is imported
 
+import math
+from math import exp
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -155,3 +158,24 @@ def test_numba_cudas_own_simulator_tests_pass_as_they_do_without_the_workbook():
 
     differ, count = differences(["test_array_args", "test_slicing", "test_retrieve_autoconverted_arrays"])
     assert count > 20 and not differ, differ
+
+
+@cuda.jit
+def _logs_and_exps(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i, 0] = math.log(x[i])
+        out[i, 1] = exp(x[i] * 1000.0)
+        out[i, 2] = math.sqrt(x[i])
+
+
+@sim_only
+def test_math_in_a_kernel_gives_what_a_gpu_gives_not_a_python_error():
+    x = np.array([0.0, -1.0, 1.0, -0.0])
+    out = np.zeros((4, 3))
+    _logs_and_exps[1, 4](x, out)
+    with np.errstate(all="ignore"):
+        expected = np.stack([np.log(x), np.exp(x * 1000.0), np.sqrt(x)], axis=1)
+    np.testing.assert_array_equal(out, expected)  # -inf, nan, inf where Python's math raises
+    with pytest.raises(ValueError):  # host code keeps Python's math
+        math.log(0.0)

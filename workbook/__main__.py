@@ -80,6 +80,17 @@ def exercises(args):
                                                  solutions_path.read_text()))
             print(f"stamped {exercises_path.relative_to(results.ROOT)}")
         return 0
+    if args.store_traffic:  # maintainers, in the simulator: what the reference answers' kernels move
+        import json
+
+        traffic = {}
+        for exercise in ex.all_exercises():
+            result = ex.evaluate(exercise, ex.load(exercise.chapter, "solutions"))
+            if result.status == ex.CORRECT and result.traffic:
+                traffic[exercise.id] = result.traffic
+        ex.EXERCISE_TRAFFIC.write_text(json.dumps(traffic, indent=1) + "\n")
+        print(f"wrote {ex.EXERCISE_TRAFFIC.relative_to(results.ROOT)}: {len(traffic)} exercises")
+        return 0
     which = "solutions" if args.solutions else "exercises"
     found = ex.all_exercises(args.chapters)
     rows, passed, fresh = [], 0, 0
@@ -198,6 +209,8 @@ def main(argv=None):
     ex_parser.add_argument("--fresh", action="store_true", help="exit 0 only if every exercise is untouched")
     ex_parser.add_argument("--stamp", action="store_true",
                            help="maintainers: recompute the stub fingerprints in the region markers")
+    ex_parser.add_argument("--store-traffic", action="store_true",
+                           help="maintainers (simulator): store the reference answers' global-memory bytes")
     ex_parser.set_defaults(func=exercises)
     compile_parser = commands.add_parser("compile", help="compile every chapter kernel for a GPU, no GPU needed")
     compile_parser.add_argument("chapters", nargs="*")

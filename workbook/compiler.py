@@ -142,7 +142,7 @@ def _sources_by_name(fn):
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     if getattr(module, "__file__", None):
         paths.add(Path(module.__file__))
-    return b"".join(path.read_bytes() for path in sorted(paths))
+    return b"".join(path.read_bytes() for path in sorted(paths) if path.is_file())  # not python's <stdin>
 
 
 def _real_vector_type(name):

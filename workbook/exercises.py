@@ -20,7 +20,10 @@ the workbook without solutions.py.
     wrong           the check failed: the checker's message says where (element, block, thread, bit)
     correct         the check passed (in the simulator, or on a GPU with no speed target)
     fast enough     on a GPU, the speed target met (a ratio to the chapter's kernel, same run)
-    too slow        on a GPU, correct but under the speed target
+    too slow        correct but under the speed target (on a GPU, a time; in the simulator, the
+                    memory traffic); or, in the simulator, correct values from kernels that read
+                    and write more than WASTE_LIMIT times the global-memory bytes of the reference
+                    answer on the same check (EXERCISE_TRAFFIC): work done more than once
 """
 
 import contextlib
@@ -70,8 +73,9 @@ class Exercise:
     speed: object = None
     target: float = None
     # In the simulator the check runs again with the kernels on these grids (simulator.GRIDS): every
-    # kernel must leave threads past its data idle; a grid-stride loop must also go round one block.
-    grids: tuple = ("more blocks",)
+    # kernel must leave threads past its data idle and take its block size from the launch; a
+    # grid-stride loop must also go round one block.
+    grids: tuple = ("more blocks", "smaller blocks")
     chapter: str = field(default="", init=False)
 
     def __post_init__(self):
@@ -89,6 +93,7 @@ class Result:
     status: str
     message: str = ""
     ratio: float = None
+    traffic: int = None  # in the simulator: global-memory bytes the answer's kernels read and wrote in the check
 
     @property
     def passed(self):
@@ -281,6 +286,8 @@ def _message(error):
         return f"warp deadlock (on a GPU this launch would hang):\n{error}"
     if name == "GPUCompileError":
         return str(error)
+    if isinstance(error, IndexError) and getattr(error, "names_thread", False):
+        return f"out of bounds (memcheck):\n{error}"
     frames = traceback.format_exception(type(error), error, error.__traceback__, limit=-3)
     return "".join(frames).rstrip()
 
@@ -304,6 +311,42 @@ def _wrong_on_another_grid(exercise, module):
 
 
 REGRIDDED_LAUNCHES = 8  # launches of the student's kernels tried on each other grid
+
+WASTE_LIMIT = 1.5  # global-memory bytes an answer may move, as a multiple of the reference answer's
+EXERCISE_TRAFFIC = CHAPTERS / "exercise_traffic.json"  # {exercise: bytes}: `exercises --store-traffic`
+
+
+def reference_traffic():
+    """{exercise id: global-memory bytes the reference answer's kernels read and write in its check,
+    in the simulator}, as stored (a handout has no solutions.py, but has this)."""
+    import json
+
+    return json.loads(EXERCISE_TRAFFIC.read_text()) if EXERCISE_TRAFFIC.exists() else {}
+
+
+class _Traffic:
+    """A simulator listener (simulator/watch.py): global-memory bytes accessed by one module's kernels."""
+
+    def __init__(self, module_name):
+        self.module, self.bytes, self._counting = module_name, 0, False
+
+    def launch_started(self, number, kernel):
+        self._counting = getattr(kernel.fn, "__module__", None) == self.module
+
+    def launch_ended(self, number, kernel, failed=False):
+        self._counting = False
+
+    def access(self, a):
+        if self._counting and a.space == "global":
+            self.bytes += a.size
+
+
+def _listening(listener):
+    if ON_GPU:
+        return contextlib.nullcontext()
+    from .simulator import watch
+
+    return watch.listening(listener)
 
 
 @contextlib.contextmanager
@@ -346,8 +389,9 @@ def evaluate(exercise, module):
         except Exception as error:  # noqa: BLE001
             return Result(exercise, NOT_ATTEMPTED, "what the check says of the planted bug:\n" + _message(error))
         return Result(exercise, NOT_ATTEMPTED)
+    traffic = _Traffic(module.__name__)
     try:
-        with strict_simulator():
+        with strict_simulator(), _listening(traffic):
             exercise.check(module)
     except Exception as error:  # noqa: BLE001  (whatever the student's code raises is the answer)
         return Result(exercise, WRONG, _message(error))
@@ -355,7 +399,14 @@ def evaluate(exercise, module):
     if wrong:
         return Result(exercise, WRONG, wrong)
     if exercise.speed is None:
-        return Result(exercise, CORRECT)
+        reference = reference_traffic().get(exercise.id)
+        if not ON_GPU and reference and traffic.bytes > WASTE_LIMIT * reference:
+            return Result(exercise, SLOW, (
+                f"right values, but your kernels read and wrote {traffic.bytes / reference:.1f}x the global-memory "
+                f"bytes the reference answer does on the same check ({traffic.bytes:,} against {reference:,}; "
+                "counted in the simulator): work done more than once? (a grid-stride loop that strides by "
+                "less than the grid, threads that each redo the whole array)"), traffic=traffic.bytes)
+        return Result(exercise, CORRECT, traffic=traffic.bytes)
     ratio, what = exercise.speed(module)
     if not ON_GPU:
         what += " (in the simulator: the global-memory sectors both move, traced; not a time)"

@@ -66,11 +66,11 @@ def speed_copy_matrix(m):
 
 EXERCISES = [
     Exercise("ch00.1", "the grid-stride step", "complete", "copy_grid_stride_kernel", check_grid_stride,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch00.2", "reverse an array", "write", "reverse_kernel", check_reverse),
     Exercise("ch00.3", "two loads in flight: the tail", "fix", "copy_two_in_flight_kernel",
              check_two_in_flight,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch00.4", "a coalesced matrix copy", "faster", ("copy_matrix_kernel", "copy_matrix"),
              check_copy_matrix, speed=speed_copy_matrix, target=0.75),
 ]

@@ -139,7 +139,9 @@ def copy_matrix(src, dst):
 # each one and expects its check to fail), so that no check passes vacuously.
 PLANTED_WRONG_ANSWERS = {
     "ch00.1": [("i += cuda.gridsize(1)", "i += cuda.gridsize(1) + 1"),  # skips elements
-               ("i += cuda.gridsize(1)", "i += 512", "simulator")],  # the wrapper's 2 x 256 threads, hard-coded
+               ("i += cuda.gridsize(1)", "i += 512", "simulator"),  # the wrapper's 2 x 256 threads, hard-coded
+               # strides by the block: blocks overlap, right values, twice the traffic (too slow)
+               ("i += cuda.gridsize(1)", "i += cuda.blockDim.x", "simulator")],
     "ch00.2": [("src[n - 1 - i]", "src[i]")],  # a plain copy
     "ch00.3": [("if i < n:", "if i + 1 < n:")],  # drops the very last element
     "ch00.4": [("if row < rows and col < cols:", "if row < rows - 1 and col < cols:")],  # last row

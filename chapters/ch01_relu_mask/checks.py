@@ -57,10 +57,10 @@ def speed_relu_mask_fast(m):
 
 EXERCISES = [
     Exercise("ch01.1", "the mask word: one warp vote", "complete", "relu_mask_kernel", check_relu_mask,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch01.2", "unpack a mask to bytes", "write", "unpack_mask_kernel", check_unpack),
     Exercise("ch01.3", "backward: a multiply by the bit", "fix", "relu_backward_kernel", check_backward),
     Exercise("ch01.4", "a fast ReLU mask", "faster", ("relu_mask_fast_kernel", "relu_mask_fast"),
              check_relu_mask_fast, speed=speed_relu_mask_fast, target=0.75,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
 ]

@@ -161,7 +161,9 @@ def relu_mask_fast(x, y, mask):
 # each one and expects its check to fail), so that no check passes vacuously.
 PLANTED_WRONG_ANSWERS = {
     "ch01.1": [("v > ZERO", "v >= ZERO")],  # +0.0 and -0.0 would count as positive
-    "ch01.2": [("(i & 31)", "(i & 15)")],  # the wrong bit of the word
+    "ch01.2": [("(i & 31)", "(i & 15)"),  # the wrong bit of the word
+               # the block size hard-coded: right only with the wrapper's blocks
+               ("i = cuda.grid(1)", "i = cuda.threadIdx.x + cuda.blockIdx.x * 256", "simulator")],
     "ch01.3": [("dy[i] if bit else ZERO", "dy[i] if bit else dy[i] * ZERO")],  # inf * 0 = NaN
     "ch01.4": [("values[j] > ZERO", "values[j] > np.float32(-1.0)")],  # wrong bits
 }

@@ -57,9 +57,9 @@ def check_seed_only(m):
 
 EXERCISES = [
     Exercise("ch02.1", "the Philox counter and key", "complete", "keep_flags_kernel", check_keep_flags,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch02.2", "backward from the bitmask", "write", "dropout_backward_kernel", check_backward),
     Exercise("ch02.3", "the mask's padding bits", "fix", "dropout_mask_kernel", check_mask),
     Exercise("ch02.4", "the seed-only backward", "write", "seed_only_backward_kernel", check_seed_only,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
 ]

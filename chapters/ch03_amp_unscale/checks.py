@@ -78,8 +78,8 @@ EXERCISES = [
     Exercise("ch03.2", "the owner of an item: binary search", "write", "find_owner", check_owners),
     Exercise("ch03.3", "a grid-stride loop that stops short", "fix", "unscale_grid_stride_kernel",
              check_grid_stride,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch03.4", "the dynamic loss scale, on the device", "write", "update_scale_kernel",
              check_update_scale,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
 ]

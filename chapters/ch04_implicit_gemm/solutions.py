@@ -184,7 +184,8 @@ def conv2d_direct(x, w, out, stride=1, padding=0, dilation=1):
 # Planted wrong answers: edits of the answers above that the checks must reject (a test applies
 # each one and expects its check to fail), so that no check passes vacuously.
 PLANTED_WRONG_ANSWERS = {
-    "ch04.1": [("else ZERO", "else np.float32(1.0)")],  # the padding read as 1, not 0
+    "ch04.1": [("else ZERO", "else np.float32(1.0)"),  # the padding read as 1, not 0
+               ("0 <= w < W", "0 <= w < H")],  # H for W: right on square images only
     "ch04.2": [("for kk in range(depth):", "for kk in range(depth - 1):")],  # drops the last product
     "ch04.3": [("(depth + TILE - 1) // TILE", "(depth + TILE - 2) // TILE")],  # a partial step of 1 is lost
     "ch04.4": [("v = q * sw - pw + s * dw", "v = q * sw + s * dw")],  # padding forgotten along w

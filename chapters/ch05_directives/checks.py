@@ -55,9 +55,9 @@ def check_merge4(m):
 
 EXERCISES = [
     Exercise("ch05.1", "the merge pixel", "complete", "merge_kernel", check_merge,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch05.2", "a 3x3 blur, clamped to the edge", "write", "blur_kernel", check_blur),
     Exercise("ch05.3", "a blur right on square images only", "fix", "blur_clamped_kernel", check_blur_clamped),
     Exercise("ch05.4", "four pixels per uint32", "write", "merge4_kernel", check_merge4,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
 ]

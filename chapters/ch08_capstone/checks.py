@@ -52,11 +52,11 @@ def check_column_sum(m):
 
 EXERCISES = [
     Exercise("ch08.1", "the data gradient's filters", "complete", "flip_filters_kernel", check_flip_filters,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch08.2", "global average pooling, backward", "write", "pool_backward_kernel", check_pool_backward,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch08.3", "SGD: where the weight decay goes", "fix", "sgd_momentum_kernel", check_sgd,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch08.4", "the bias gradient, a warp per column", "write", "column_sum_kernel", check_column_sum,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block", "smaller blocks")),
 ]

@@ -99,7 +99,7 @@ import os
 
 import numpy as np
 
-from . import watch
+from . import gpu_math, watch
 from .intrinsics import INTRINSICS
 from .numba_typing import as_declared, declared_types
 from .sanitizer import RaceError, Sanitizer, UninitializedReadError, sanitizing  # noqa: F401
@@ -128,6 +128,7 @@ def install():
     _stock_getitem = kernel.FakeCUDAKernel.__getitem__
     kernel.FakeCUDAKernel.__getitem__ = _configured_copy
     watch.install()  # bounds named with block, thread and line; accesses reported to a trace or sanitizer
+    gpu_math.install()  # math.log(0.0) is -inf in a kernel, as on a GPU, not a ValueError
     _launches(kernel)
     _jit_options()
     kernel._workbook_simulator_installed = True
@@ -156,6 +157,8 @@ GRIDS = {
     "one block": "one block in place of the wrapper's grid, so that a grid-stride loop must go round",
     "more blocks": "one more block along each dimension of the wrapper's grid, so that threads past the data "
                    "must do nothing",
+    "smaller blocks": "blocks of half the wrapper's threads and twice the blocks, so that a kernel that takes "
+                      "its block size for granted is caught",
 }
 
 
@@ -181,6 +184,8 @@ def regridded(module_name, how, launches=None):
             raise EnoughLaunches()
         grid, rest = configuration[0], tuple(configuration[1:])
         dims = (grid,) if isinstance(grid, int | np.integer) else tuple(grid)
+        if how == "smaller blocks":
+            return _halved(dims, rest)
         if how == "one block":
             dims = (1,) * len(dims)
         else:
@@ -197,6 +202,21 @@ def regridded(module_name, how, launches=None):
             _regrid = before
 
     return regrid()
+
+
+def _halved(grid, rest):
+    """(grid, block, ...) with the block halved along its first dimension that stays whole warps
+    (x if x is a multiple of 64, else an even y), and twice the blocks along it; unchanged if none."""
+    block = (rest[0],) if isinstance(rest[0], int | np.integer) else tuple(rest[0])
+    block = tuple(int(b) for b in block)
+    grid = tuple(int(g) for g in grid) + (1,) * (len(block) - len(grid))
+    for axis, size in enumerate(block):
+        if (axis == 0 and size % 64 == 0) or (axis > 0 and size % 2 == 0 and block[0] % 32 == 0):
+            block = block[:axis] + (size // 2,) + block[axis + 1:]
+            grid = grid[:axis] + (2 * grid[axis],) + grid[axis + 1:]
+            break
+    unwrap = lambda dims: dims[0] if len(dims) == 1 else dims  # noqa: E731
+    return (unwrap(grid), unwrap(block), *rest[1:])
 
 
 _launch_numbers = itertools.count(1)
