@@ -2,7 +2,7 @@
 solutions.py), graded as a student's answer is graded (`workbook.exercises.evaluate`: strict
 simulator, sanitizer, other grids).
 
-    python tools/wrong_answer_trial.py [ch03 ...] [--store]   # --store: results/simulator/wrong_answer_trial.json
+    python tools/wrong_answer_trial.py [ch03 ...] [--store]   # --store: results/wrong_answer_trial.json
 
 Each answer is one edit of the reference answer, in one of the classes that lucky code falls in:
   grid   launch geometry: a stride by the block, an index from threadIdx, a block size hard-coded
@@ -126,7 +126,7 @@ def main():
     print(f"{caught} of {len(wrong)} wrong answers graded wrong; waste: "
           + ", ".join(f"{r['exercise']} {r['graded']}" for r in rows if r["class"] == "waste"))
     if "--store" in sys.argv:
-        target = ROOT / "results" / "simulator" / "wrong_answer_trial.json"
+        target = ROOT / "results" / "wrong_answer_trial.json"
         target.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1) + "\n")
         print(f"stored {target}")
     return 0
