@@ -140,12 +140,8 @@ def main():
             report["sampled"] = sampler.top(150)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1))
-    if sampler:
-        report["sampled"] = sampler.top(150)
-        for key, seconds in report["sampled"][:40]:
-            print(f"  {seconds:7.1f} s  {key}", file=sys.__stderr__)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
+    for key, seconds in report.get("sampled", [])[:40]:  # (stored with the last chapter)
+        print(f"  {seconds:7.1f} s  {key}", file=sys.__stderr__)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ os.environ["WORKBOOK_DEVICE"] = {"sim": "sim", "launch": "gpu"}.get((sys.argv + 
 
 import numpy as np  # noqa: E402
 
+import gpu_side  # noqa: E402  (tools/gpu_side.py: this script's folder is on sys.path)
 from workbook import cuda  # noqa: E402
 
 METRICS = {
@@ -158,8 +159,7 @@ def measured(path):
     """Run launch_all() under ncu, one profiled launch per case, in case order."""
     command = ["ncu", "--csv", "--page", "raw", "--metrics", ",".join(METRICS.values()),
                sys.executable, __file__, "launch"]
-    env = dict(os.environ, WORKBOOK_DEVICE="gpu", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run(command, env=env, capture_output=True, text=True)
+    run = subprocess.run(command, env=gpu_side.env(), capture_output=True, text=True)
     text = run.stdout
     if run.returncode or '"ID"' not in text:
         raise RuntimeError(f"ncu exited {run.returncode}:\n{(run.stdout + run.stderr)[-3000:]}")
@@ -173,9 +173,7 @@ def measured(path):
         counts[name] = {f"{what} {field}": float(row[metric].replace(",", "")) for (what, field), metric
                         in METRICS.items() if row.get(metric) not in (None, "", "n/a")}
         counts[name]["kernel"] = row["Kernel Name"][:80]
-    stamp = subprocess.run([sys.executable, "-c", "import json, workbook; from workbook import results; "
-                            "print(json.dumps(results.stamp()))"], env=env, capture_output=True, text=True, check=True)
-    counts["stamp"] = json.loads(stamp.stdout.strip().splitlines()[-1])
+    counts["stamp"] = gpu_side.stamp()
     Path(path).write_text(json.dumps(counts, indent=1))
     print(f"wrote {path}: {len(counts)} cases")
 

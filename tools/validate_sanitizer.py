@@ -26,6 +26,7 @@ os.environ["WORKBOOK_DEVICE"] = {"sim": "sim", "launch": "gpu"}.get((sys.argv + 
 
 import numpy as np  # noqa: E402
 
+import gpu_side  # noqa: E402  (tools/gpu_side.py: this script's folder is on sys.path)
 from workbook import cuda  # noqa: E402
 
 
@@ -121,7 +122,7 @@ def measured(path):
     for name in cases():
         run = subprocess.run(["compute-sanitizer", "--tool", "racecheck", "--racecheck-report", "hazard",
                               sys.executable, __file__, "launch", name], capture_output=True, text=True,
-                             env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
+                             env=gpu_side.env())
         text = run.stdout + run.stderr
         races = [line.strip() for line in text.splitlines() if "race reported" in line.lower()]
         counted = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed", text)
@@ -130,11 +131,7 @@ def measured(path):
                           "summary": [line for line in text.splitlines() if "RACECHECK SUMMARY" in line],
                           "tail": text[-1500:]}
         print(f"{name:34s} compute-sanitizer: {hazards} hazard(s) {verdicts[name]['summary']}")
-    stamp = subprocess.run([sys.executable, "-c", "import json, workbook; from workbook import results; "
-                            "print(json.dumps(results.stamp()))"], capture_output=True, text=True, check=True,
-                           env=dict(os.environ, WORKBOOK_DEVICE="gpu",
-                                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
-    verdicts["stamp"] = json.loads(stamp.stdout.strip().splitlines()[-1])
+    verdicts["stamp"] = gpu_side.stamp()
     Path(path).write_text(json.dumps(verdicts, indent=1))
 
 

@@ -59,11 +59,14 @@ def by_rows(function=None, *, multiple=1):
     def pieced(*args, **kwargs):
         cut = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.ndim > 0]
         rows = {args[i].shape[0] for i in cut}
-        pieces = min(_cores(), next(iter(rows)) // multiple) if len(rows) == 1 else 1
-        if pieces < 2 or max(args[i].size for i in cut) < SMALL or getattr(_in_piece, "active", False):
+        if len(rows) != 1 or getattr(_in_piece, "active", False):
             return function(*args, **kwargs)
-        step = -(-next(iter(rows)) // pieces // multiple) * multiple
-        starts = range(0, next(iter(rows)), step)
+        (rows,) = rows
+        pieces = min(_cores(), rows // multiple)
+        if pieces < 2 or max(args[i].size for i in cut) < SMALL:
+            return function(*args, **kwargs)
+        step = -(-rows // pieces // multiple) * multiple
+        starts = range(0, rows, step)
 
         def piece(start):
             _in_piece.active = True  # a reference it calls is computed whole, in this thread

@@ -418,7 +418,7 @@ def fastest_explicit(result):
     return result.fastest(t.name for t in result.timings if t.name.startswith("explicit"))
 
 
-# The speed-up each layer must reach. 14x14: 1.4, since at 1.5 its runs read 1.49 to 1.52 (EXPERIMENTS.md).
+# The speed-up each layer must reach. 14x14: 1.4, since at 1.5 its verdict changed from run to run (EXPERIMENTS.md).
 SPEEDUP_BAR = {"resnet 64ch 56x56": 1.5, "resnet 128ch 28x28": 1.5, "resnet 256ch 14x14": 1.4}
 layer_results = {}
 for key, channels, side in layers:

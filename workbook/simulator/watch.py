@@ -28,7 +28,7 @@ import numpy as np
 
 from .numba_typing import widened
 
-_listeners = []  # objects with .access(Access) and .launch_ended(); see listening()
+_listeners = []  # objects with .access(Access) (or .count(space, bytes)) and .launch_ended(); see listening()
 
 
 @contextlib.contextmanager
@@ -116,9 +116,15 @@ def report(space, op, array, index, value=None, size=None, depth=2):
         offset = element_offset(array, index)
         if offset is None:
             return
-    access = Access(me, space, op, known[1], known[2] + offset, size or array.itemsize, index, value,
-                    sys._getframe(depth))
+    access = None
     for listener in tuple(_listeners):  # a listener may step aside while it is told
+        count = getattr(listener, "count", None)
+        if count is not None:  # a listener that only adds bytes up: no Access to build
+            count(space, size or array.itemsize)
+            continue
+        if access is None:
+            access = Access(me, space, op, known[1], known[2] + offset, size or array.itemsize, index, value,
+                            sys._getframe(depth))
         listener.access(access)
 
 
