@@ -96,6 +96,7 @@ passed on an H100 (results/nvidia-h100-80gb-hbm3/test_warp_intrinsics.log).
 import copy
 import itertools
 import os
+import threading
 
 import numpy as np
 
@@ -224,31 +225,73 @@ _launch_numbers = itertools.count(1)
 
 def _launches(kernel):
     """Each kernel launch tells the registered listeners (watch.py) where it starts and ends: a
-    trace counts per launch, the sanitizer forgets a launch's accesses after it."""
+    trace counts per launch, the sanitizer forgets a launch's accesses after it. A device function's
+    call costs a dictionary lookup (see _held)."""
     stock_call = kernel.FakeCUDAKernel.__call__
 
     def call(self, *args):
+        if self._device or kernel._kernel_context:
+            if id(self.fn.__globals__) in _held:
+                return self.fn(*args)
+            return _hold_and_call(kernel, stock_call, self, args)
         declared = getattr(self, "_declared", None)
-        if declared is not None and not (self._device or kernel._kernel_context):
+        if declared is not None:
             args = as_declared(args, declared)
-        if self._device or kernel._kernel_context or not watch.active():
-            return stock_call(self, *args)
-        number = next(_launch_numbers)
-        listeners = list(watch._listeners)  # told of the end too, even if one stepped aside meanwhile
-        watch.forget_arrays()
-        for listener in listeners:
-            listener.launch_started(number, self)
         try:
-            result = stock_call(self, *args)
-        except BaseException:
-            for listener in listeners:
-                listener.launch_ended(number, self, failed=True)
-            raise
-        for listener in listeners:
-            listener.launch_ended(number, self)  # the sanitizer may raise what it found at the end
-        return result
+            return _launch(kernel, stock_call, self, args)
+        finally:
+            _let_go()
 
     kernel.FakeCUDAKernel.__call__ = call
+
+
+# The stock simulator swaps `cuda` (and gpu_math.py: `math`) in a device function's module globals
+# at every call of it and back when the last caller leaves: a scan of the module's globals per call,
+# a fifth of a tiled GEMM's time in the simulator. Here a module is swapped at its first call in a
+# launch and stays swapped until the launch ends (only one simulated launch runs at a time).
+_held = {}  # id(module globals) -> True while swapped for this launch
+_holding = []  # the swaps' context managers, exited when the launch ends
+_hold_lock = threading.Lock()
+
+
+def _hold_and_call(kernel, stock_call, device_function, args):
+    globs = device_function.fn.__globals__
+    context = kernel._get_kernel_context()
+    if context is None:  # a thread still unwinding after its launch failed
+        return stock_call(device_function, *args)
+    with _hold_lock:
+        if id(globs) not in _held:
+            swap = kernel.swapped_cuda_module(device_function.fn, context)
+            swap.__enter__()
+            _holding.append(swap)
+            _held[id(globs)] = True
+    return device_function.fn(*args)
+
+
+def _let_go():
+    with _hold_lock:
+        while _holding:
+            _holding.pop().__exit__(None, None, None)
+        _held.clear()
+
+
+def _launch(kernel, stock_call, self, args):
+    if not watch.active():
+        return stock_call(self, *args)
+    number = next(_launch_numbers)
+    listeners = list(watch._listeners)  # told of the end too, even if one stepped aside meanwhile
+    watch.forget_arrays()
+    for listener in listeners:
+        listener.launch_started(number, self)
+    try:
+        result = stock_call(self, *args)
+    except BaseException:
+        for listener in listeners:
+            listener.launch_ended(number, self, failed=True)
+        raise
+    for listener in listeners:
+        listener.launch_ended(number, self)  # the sanitizer may raise what it found at the end
+    return result
 
 
 def _jit_options():
