@@ -151,11 +151,40 @@ def _real_vector_type(name):
     return getattr(cuda, name)
 
 
+_rebuilt = {}  # in the worker: device functions already rebuilt, by what they are (see _identity)
+
+
 def _rebuild(fn, options):
-    """In the worker: the real cuda.jit of a function the simulator had."""
+    """In the worker: the real cuda.jit of a function the simulator had. A device function that
+    arrives again (another kernel of the same factory calls it) is the one rebuilt before, so numba
+    types and lowers it once per signature, as it does a module-level device function."""
     from numba import cuda
 
-    return cuda.jit(**options)(fn)
+    key = _identity(fn, options) if options.get("device") else None
+    if key is None:
+        return cuda.jit(**options)(fn)
+    if key not in _rebuilt:
+        _rebuilt[key] = cuda.jit(**options)(fn)
+    return _rebuilt[key]
+
+
+def _identity(fn, options):
+    """What makes two device functions compile alike: their code, closure, defaults and the globals
+    they name, each value with its type (np.float32(1) == 1.0, but they compile differently); None
+    when a value cannot be compared that way (an array)."""
+    def typed(value):
+        if isinstance(value, tuple):
+            return (tuple, tuple(typed(item) for item in value))
+        return (type(value), value)
+
+    try:
+        names = tuple((name, typed(fn.__globals__[name])) for name in fn.__code__.co_names if name in fn.__globals__)
+        key = (fn.__module__, fn.__qualname__, fn.__code__, typed(tuple(c.cell_contents for c in fn.__closure__ or ())),
+               typed(fn.__defaults__), names, tuple(sorted(options.items())))
+        hash(key)
+    except (TypeError, ValueError):  # an unhashable value, or a cell not yet filled
+        return None
+    return key
 
 
 # ---------------------------------------------------------------------------------------------
