@@ -331,3 +331,40 @@ def test_the_device_test_fails_over_to_the_host_test_which_names_the_element(mon
     with pytest.raises(CheckError, match=r"1 of 40 elements differ.*\n  at \[33\]: got np.float32\(-1.0\)"):
         assert_close(cuda.to_device(out), ref)
     assert verdicts == [True, False]
+
+
+def test_compare_catches_a_variant_that_leaves_elements_another_variant_wrote(x):
+    """Two variants share one output: the second one's missing element must not pass for the
+    first one's (compare poisons each variant's outputs before its checked call)."""
+    d_x, out = cuda.to_device(x), cuda.device_array_like(x)
+    blocks = -(-x.size // THREADS)
+
+    def launch(kernel):
+        kernel[blocks, THREADS](d_x, out)
+        return out
+
+    with pytest.raises(CheckError, match="off_by_one"):
+        workbook.bench.compare({"double": lambda: launch(double_kernel),
+                                "off_by_one": lambda: launch(double_off_by_one_kernel)}, reference=2 * x)
+
+
+@pytest.mark.skipif(workbook.ON_GPU, reason="the simulator's way of finding a call's outputs")
+def test_outputs_of_skips_the_launches_or_calls_for_real():
+    from workbook.simulator import outputs_of
+
+    x = np.ones(40, np.float32)
+    d_x, out = cuda.to_device(x), cuda.to_device(np.zeros_like(x))
+    assert outputs_of(lambda: run_into(d_x, out)) is out
+    assert not out.copy_to_host().any(), "a skipped launch wrote its output"
+
+    def reads_back():  # its host code fails without what the kernel writes: called for real
+        run_into(d_x, out)
+        return cuda.to_device(np.zeros(80 // int(out.copy_to_host()[0]), np.float32))
+
+    assert outputs_of(reads_back).size == 40
+    assert (out.copy_to_host() == 2).all()
+
+
+def run_into(d_x, out):
+    double_kernel[-(-d_x.size // THREADS), THREADS](d_x, out)
+    return out

@@ -15,8 +15,9 @@ spread (25th-75th percentile) of the GPU time, GB/s from the bytes the caller co
 in this same process, TFLOP/s from the FLOPs the caller counted, and speed-ups with their spread
 (the ratio is taken repeat by repeat, over interleaved pairs).
 
-In the simulator nothing about time is meaningful: variants are run once and checked, and the
-report says so. The chapter shows the stored GPU results instead (see chapter.py).
+In the simulator nothing about time is meaningful: variants are run once and checked (the outputs
+they write are found by a call whose launches are skipped, and poisoned first), and the report
+says so. The chapter shows the stored GPU results instead (see chapter.py).
 """
 
 import time
@@ -344,6 +345,12 @@ def latency_us(function, calls=5):
     return float(np.median(samples))
 
 
+def _outputs_in_simulator(function):
+    from .simulator import outputs_of
+
+    return outputs_of(function)
+
+
 def time_once_on_host(function):
     """Wall-clock milliseconds of one call (simulator: for the record only, never for comparison)."""
     start = time.perf_counter()
@@ -449,11 +456,13 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
                 # the first variant compiled: on a GPU, compile the others side by side (their
                 # outputs are poisoned and recomputed below)
                 warm_up(list(variants.values())[1:])
-            host_ms, output = time_once_on_host(function)  # warm-up: compiles
             if reference is not None and poison_outputs:
+                # the outputs this call writes: from the warm-up (which compiles), or in the
+                # simulator (nothing to compile here) from a call whose launches are skipped
+                output = time_once_on_host(function)[1] if ON_GPU else _outputs_in_simulator(function)
                 for out in output if isinstance(output, tuple) else (output,):
                     poison(out)
-                host_ms, output = time_once_on_host(function)  # the checked call
+            host_ms, output = time_once_on_host(function)  # warm-up if not checked, else the checked call
             correct = _check(name, output, reference, check) if (kind == "kernel" or check_baselines) else None
             timings.append(Timing(name, kind, np.array([host_ms]), correct, bytes, flops))
     meaningful = ON_GPU
