@@ -4,7 +4,8 @@ Students without a GPU, and CI, run the workbook in numba's simulator (NUMBA_ENA
 runs each CUDA thread of a block as a Python thread. The stock simulator has no warp-level operations
 (`cuda.ballot_sync` is an AttributeError) and schedules its threads with a busy polling loop.
 `install()` -- called by `import workbook` in simulator mode; nothing for a reader to call -- adds
-(the intrinsics are in intrinsics.py, the scheduler and what each collective computes in scheduler.py)
+(the intrinsics are in intrinsics.py, the scheduler in scheduler.py, what each collective computes in
+collectives.py)
 
     ballot_sync  all_sync  any_sync  eq_sync          votes            (mask, predicate)
     shfl_sync  shfl_up_sync  shfl_down_sync  shfl_xor_sync   shuffles  (mask, value, lane/delta/lane_mask)

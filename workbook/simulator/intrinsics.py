@@ -9,7 +9,8 @@ import numpy as np
 
 from .numba_typing import DeclaredInt, as_read
 
-from .scheduler import FULL_MASK, SHFL_BFLY, SHFL_DOWN, SHFL_IDX, SHFL_UP, _is_integer
+from .collectives import SHFL_BFLY, SHFL_DOWN, SHFL_IDX, SHFL_UP
+from .scheduler import FULL_MASK, _is_integer
 
 # --------------------------------------------------------------------------------------------------
 # The intrinsics, as methods of FakeCUDAModule (`cuda` inside a simulated kernel). The argument order

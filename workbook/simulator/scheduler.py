@@ -1,8 +1,8 @@
 """The simulator's block scheduler: one Python thread per CUDA thread, warps cut from the linear
-thread index, and what each collective computes once its lanes have arrived.
+thread index, and when a collective or a barrier completes.
 
 Each simulated thread sleeps on its own lock while it waits. The last lane to arrive at a collective
-computes every participant's result (the resolvers at the end of this module) and wakes them; an
+computes every participant's result (collectives.py) and wakes them; an
 exiting thread re-checks the collectives and the barrier it might have been holding up. syncthreads
 completes when all *live* threads have arrived (exited threads do not block it, as on sm_70+).
 Nothing polls. When every live thread of a block waits and nothing can be released, the launch
@@ -11,27 +11,20 @@ raises WarpDeadlockError with a report of who waits where (see the package docst
 
 import itertools
 import os
-import struct
 import sys
 import threading
 
 import numpy as np
 from numba.cuda.simulator.kernelapi import Dim3
 
-WARP_SIZE = 32
+from .collectives import RESOLVERS, WARP_SIZE, StrictModeError, _Raise
+
 FULL_MASK = 0xFFFFFFFF
 STRICT_ENV = "WORKBOOK_SIM_STRICT"
-
-# The four modes of PTX shfl.sync; numba always shuffles across the whole warp (no `width`).
-SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_BFLY = "idx", "up", "down", "bfly"
 
 
 class WarpDeadlockError(RuntimeError):
     """Raised from a kernel launch when a block's live threads all wait for something that cannot happen."""
-
-
-class StrictModeError(RuntimeError):
-    """Raised under WORKBOOK_SIM_STRICT=1 where a kernel relies on behaviour a GPU leaves undefined."""
 
 
 class KernelTimeoutError(RuntimeError):
@@ -45,13 +38,6 @@ class _Abort(BaseException):
 
 
 _ABORT = object()  # handed to a waiting thread instead of a result when its block fails
-
-
-class _Raise:
-    """A result the woken lane must raise: a strict-mode error found by whichever lane completed the call."""
-
-    def __init__(self, error):
-        self.error = error
 
 
 def strict_mode():
@@ -82,11 +68,6 @@ def lane_list(mask):
             runs.append([lane, lane])
     listed = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
     return f"lane {listed}" if len(lanes) == 1 else f"lanes {listed or 'none'}"
-
-
-def as_int32(bits):
-    """A 32-bit lane mask as numba returns it from ballot_sync / match_*_sync: a signed int32."""
-    return np.int32(bits - (1 << 32) if bits & 0x80000000 else bits)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -423,7 +404,7 @@ class BlockScheduler:
 
     def _complete(self, call, me):
         """Every live lane named in the mask has arrived: compute each lane's result and wake the others."""
-        results = _RESOLVERS[call.kind](call, self)
+        results = RESOLVERS[call.kind](call, self)
         if call.kind == "syncwarp":
             next(iter(call.calls.values()))[0].warp.syncs += 1
         skipped = self._skipped_by_exited_lanes(call) if self.strict and call.kind in ("vote", "match") else None
@@ -568,93 +549,3 @@ def _unwrap(result):
     if isinstance(result, _Raise):
         raise result.error
     return result
-
-
-# --------------------------------------------------------------------------------------------------
-# What each kind of collective computes once all its lanes have arrived: {lane: result}.
-
-
-def _resolve_vote(call, block):
-    predicates = {lane: predicate for lane, (_, _, (predicate,)) in call.calls.items()}
-    ballot = sum(1 << lane for lane, predicate in predicates.items() if predicate)
-    everyone, anyone = all(predicates.values()), any(predicates.values())
-    results = {}
-    for lane, (_, op, _) in call.calls.items():
-        if op == "ballot_sync":
-            results[lane] = as_int32(ballot)
-        elif op == "all_sync":
-            results[lane] = everyone
-        elif op == "any_sync":
-            results[lane] = anyone
-        else:  # eq_sync: the predicates are uniform
-            results[lane] = everyone or not anyone
-    return results
-
-
-def shfl_source_lane(mode, lane, operand):
-    """The lane a shuffle reads, as PTX shfl.sync computes it with numba's clamp values.
-
-    Only operand bits 4..0 count, so a source lane of 33 means lane 1 and -1 means lane 31;
-    up/down past the edge of the warp read the caller's own lane."""
-    b = int(operand) & (WARP_SIZE - 1)
-    if mode == SHFL_IDX:
-        return b
-    if mode == SHFL_UP:
-        return lane - b if lane - b >= 0 else lane
-    if mode == SHFL_DOWN:
-        return lane + b if lane + b < WARP_SIZE else lane
-    return lane ^ b
-
-
-def _resolve_shuffle(call, block):
-    warp = next(thread for thread, _, _ in call.calls.values()).warp
-    results = {}
-    for lane, (thread, op, (mode, value, operand)) in call.calls.items():
-        source = shfl_source_lane(mode, lane, operand)
-        if source in call.calls:
-            results[lane] = call.calls[source][2][1]
-        elif block.strict:
-            if not warp.existing >> source & 1:
-                why = f"does not exist (warp {warp.index} has {warp.existing.bit_length()} lanes)"
-            elif not warp.live >> source & 1:
-                why = "has exited"
-            else:
-                why = f"is not in the mask {call.mask:#010x}"
-            results[lane] = _Raise(
-                StrictModeError(
-                    f"lane {lane} of warp {warp.index} reads lane {source} in {op}(mask={call.mask:#010x}), "
-                    f"but lane {source} {why}: the value is undefined on a GPU"
-                )
-            )
-        else:
-            results[lane] = value  # undefined on a GPU; the caller's own value here
-    return results
-
-
-def bit_pattern(value):
-    """What match_*_sync compares: the bits, so 0.0 != -0.0 and a NaN matches the same NaN."""
-    if isinstance(value, np.floating):
-        return int(value.view(np.int64 if value.dtype.itemsize == 8 else np.int32))
-    if isinstance(value, float):
-        return struct.unpack("<q", struct.pack("<d", value))[0]
-    return int(value)
-
-
-def _resolve_match(call, block):
-    patterns = {lane: bit_pattern(value) for lane, (_, _, (value,)) in call.calls.items()}
-    uniform = len(set(patterns.values())) == 1
-    results = {}
-    for lane, (_, op, _) in call.calls.items():
-        if op == "match_any_sync":
-            same = sum(1 << other for other, pattern in patterns.items() if pattern == patterns[lane])
-            results[lane] = as_int32(same)
-        else:
-            results[lane] = (as_int32(call.arrived), True) if uniform else (np.int32(0), False)
-    return results
-
-
-def _resolve_syncwarp(call, block):
-    return dict.fromkeys(call.calls)
-
-
-_RESOLVERS = {"vote": _resolve_vote, "shfl": _resolve_shuffle, "match": _resolve_match, "syncwarp": _resolve_syncwarp}
