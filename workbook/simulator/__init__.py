@@ -94,6 +94,7 @@ tests/test_warp_intrinsics.py checks all of the above against hand-computed expe
 passed on an H100 (results/nvidia-h100-80gb-hbm3/test_warp_intrinsics.log).
 """
 
+import contextlib
 import copy
 import itertools
 import os
@@ -174,7 +175,6 @@ def regridded(module_name, how, launches=None):
     GRIDS), their blocks unchanged: a check run this way finds an answer that is right only for the
     grid its wrapper happens to pick. With `launches`, the launch after that many raises
     EnoughLaunches: a check's first cases (its small, awkward sizes) are where such answers fail."""
-    import contextlib
 
     made = [0]
 
@@ -267,11 +267,11 @@ def outputs_of(function):
 
 
 # The stock simulator swaps `cuda` (and gpu_math.py: `math`) in a device function's module globals
-# at every call of it and back when the last caller leaves: a scan of the module's globals per call,
-# a fifth of a tiled GEMM's time in the simulator. Here a module is swapped at its first call in a
-# launch and stays swapped until the launch ends (only one simulated launch runs at a time).
-_held = {}  # id(module globals) -> True while swapped for this launch
-_holding = []  # the swaps' context managers, exited when the launch ends
+# at every call of it and back when the last caller leaves: a scan of the module's globals per call.
+# Here a module is swapped at its first call in a launch and stays swapped until the launch ends
+# (only one simulated launch runs at a time).
+_held = set()  # id(module globals) of the modules swapped for this launch
+_holding = contextlib.ExitStack()  # their swaps, undone when the launch ends
 _hold_lock = threading.Lock()
 
 
@@ -282,17 +282,14 @@ def _hold_and_call(kernel, stock_call, device_function, args):
         return stock_call(device_function, *args)
     with _hold_lock:
         if id(globs) not in _held:
-            swap = kernel.swapped_cuda_module(device_function.fn, context)
-            swap.__enter__()
-            _holding.append(swap)
-            _held[id(globs)] = True
+            _holding.enter_context(kernel.swapped_cuda_module(device_function.fn, context))
+            _held.add(id(globs))
     return device_function.fn(*args)
 
 
 def _let_go():
     with _hold_lock:
-        while _holding:
-            _holding.pop().__exit__(None, None, None)
+        _holding.close()
         _held.clear()
 
 
