@@ -675,6 +675,34 @@ def test_an_exception_in_one_lane_is_raised_not_hung():
     assert seconds < 5
 
 
+@cuda.jit
+def lock_held_across_a_shuffle_kernel(lock, total):
+    i = cuda.threadIdx.x
+    if i == 0:  # takes the lock, then meets lane 1 in a shuffle while holding it
+        while cuda.atomic.cas(lock, 0, 0, 1) != 0:
+            pass
+    partner = cuda.shfl_sync(0x3, i + 1, i ^ 1)
+    if i == 1:  # spins on the lock lane 0 holds
+        while cuda.atomic.cas(lock, 0, 0, 1) != 0:
+            pass
+    total[0] += partner
+    cuda.threadfence()
+    cuda.atomic.exch(lock, 0, 0)
+
+
+@sim_only
+def test_a_thread_spinning_on_a_lock_lets_its_holder_run():
+    # The threads of a block take turns in one OS thread: lane 1, spinning on cuda.atomic.cas, must
+    # give way to lane 0 (which holds the lock) or it would spin forever.
+    out = []
+    error, seconds = run_with_deadline(10, lambda: out.extend(
+        launch(lock_held_across_a_shuffle_kernel, 1, 2, np.zeros(1, np.int32), np.zeros(1, np.int64))))
+    assert error is None, error
+    lock, total = out
+    assert list(lock) == [0] and list(total) == [3]  # lane 0 added 2 (lane 1's i + 1), lane 1 added 1
+    assert seconds < 5
+
+
 @sim_only
 def test_install_is_idempotent():
     from workbook import simulator

@@ -46,7 +46,6 @@ says so. `python -m workbook compile` (the compile extra) compiles the real intr
 GPU, so a kernel using them is typed and compiled on a laptop too.
 """
 
-import threading
 
 import numpy as np
 
@@ -255,15 +254,12 @@ else:  # the simulator: element by element, checking what a GPU would fault on
 
     load4, store4 = _simulated("load4", True), _simulated("store4", False)
 
-    _atomic_lock = threading.Lock()  # the simulator's threads are Python threads
-
     def atomic_add4(array, index, quad):
         dtype = getattr(array, "_ary", array).dtype
         if dtype != np.float32 or len(quad) != WIDTH:  # before the alignment, which depends on the dtype
             raise TypeError(f"atomic_add4: 4 values into a float32 array, not {len(quad)} into {dtype}")
         flat = _check(array, index, "atomic_add4", WIDTH)
-        with _atomic_lock:
-            for k in range(WIDTH):
-                flat[index + k] += np.float32(quad[k])
+        for k in range(WIDTH):  # whole: a simulated thread gives way only where it waits (simulator/scheduler.py)
+            flat[index + k] += np.float32(quad[k])
     shared_load4, shared_store4 = _simulated("shared_load4", True), _simulated("shared_store4", False)
     load16, store16 = _simulated("load16", True, None), _simulated("store16", False, None)

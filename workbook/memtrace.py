@@ -33,7 +33,6 @@ cudaMalloc's are; an access's offset in a view counts from its allocation.
 
 import collections
 import contextlib
-import threading
 
 from .simulator import watch
 
@@ -79,7 +78,6 @@ class Trace:
     def __init__(self, lines=False):
         self.wants_lines = lines  # scheduler.line_tracer hands this trace every line a thread runs
         self._ran = collections.defaultdict(int)  # (kernel, file, line, block, warp) -> lanes (bits) that ran it
-        self._lock = threading.Lock()
         self._occurrence = collections.Counter()  # (block, thread, code, lasti) -> times reached
         self._roots = {}  # id -> allocation, kept alive so that ids stay unique
         self._requests = {}  # request key -> Request
@@ -102,24 +100,22 @@ class Trace:
         # split `x[i] + y[i]` better, but Python's specialising interpreter moves it between runs
         # of the same line.) The k-th such access of each lane falls in the k-th request.
         site = (a.code, a.line, id(a.root), a.op)
-        with self._lock:
-            occurrence_key = (block.serial, me.thread_id) + site
-            occurrence = self._occurrence[occurrence_key]
-            self._occurrence[occurrence_key] = occurrence + 1
-            self._roots[id(a.root)] = a.root
-            key = (block.serial, me.thread_id // WARP, site, occurrence, a.space)
-            request = self._requests.get(key)
-            if request is None:
-                request = self._requests[key] = Request(kernel, a.code.co_filename, a.line, a.space, a.op,
-                                                        tuple(block.block_idx), me.thread_id // WARP)
-            request.lanes.append((me.lane, id(a.root), a.offset, a.size))
-            self.threads[(kernel, tuple(me.blockIdx), tuple(me.threadIdx))][f"{a.space} {a.op}"] += 1
+        occurrence_key = (block.serial, me.thread_id) + site
+        occurrence = self._occurrence[occurrence_key]
+        self._occurrence[occurrence_key] = occurrence + 1
+        self._roots[id(a.root)] = a.root
+        key = (block.serial, me.thread_id // WARP, site, occurrence, a.space)
+        request = self._requests.get(key)
+        if request is None:
+            request = self._requests[key] = Request(kernel, a.code.co_filename, a.line, a.space, a.op,
+                                                    tuple(block.block_idx), me.thread_id // WARP)
+        request.lanes.append((me.lane, id(a.root), a.offset, a.size))
+        self.threads[(kernel, tuple(me.blockIdx), tuple(me.threadIdx))][f"{a.space} {a.op}"] += 1
 
     def line(self, thread, code, line):
         key = (thread.block.kernel.__name__, code.co_filename, line, tuple(thread.block.block_idx),
                thread.thread_id // WARP)
-        with self._lock:  # the simulated threads are Python threads: |= on a dict entry is not atomic
-            self._ran[key] |= thread.bit
+        self._ran[key] |= thread.bit
 
     # -- what it measured ---------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from workbook.launch import LaunchCache
 
 from .kernels import FULL_MASK, ZERO, relu
 
-# 8 warps per (n, c) plane on a GPU; 2 in the simulator, which runs one Python thread per CUDA thread
+# 8 warps per (n, c) plane on a GPU; 2 in the simulator, which runs every CUDA thread in Python
 THREADS_PER_BLOCK = 256 if ON_GPU else 64
 WARPS_PER_BLOCK = THREADS_PER_BLOCK // 32
 UNROLL = 4  # elements per thread per trip in the elementwise loops: 4 loads of each input in flight

@@ -39,7 +39,7 @@ from workbook.inputs import require
 
 GRAD_DTYPES = (np.float32, np.float16)  # gradients; the arithmetic is float32 for both
 
-# The simulator runs one Python thread per CUDA thread: 32-thread blocks keep it quick there.
+# The simulator runs every CUDA thread in Python: 32-thread blocks keep it quick there.
 # The kernel source is the same; only the tile is smaller.
 THREADS_PER_BLOCK = 256 if workbook.ON_GPU else 32
 VECTOR = 4  # elements per vector load: 16 bytes of float32, 8 bytes of float16

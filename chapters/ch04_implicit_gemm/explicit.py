@@ -18,7 +18,7 @@ from .tiles import pick_tile, quad_outputs_fit, quads_fit
 # Bytes: reads each input element up to R*S times (mostly from cache), WRITES 4*C*R*S*N*P*Q bytes,
 # and the GEMM reads all of them back: R*S times the input's size, twice over DRAM.
 
-IM2COL_THREADS = 256 if ON_GPU else 32  # the simulator runs a Python thread per CUDA thread
+IM2COL_THREADS = 256 if ON_GPU else 32  # the simulator runs every CUDA thread in Python
 IM2COL_ROW_BLOCKS = 64 if ON_GPU else 2
 
 

@@ -58,7 +58,7 @@ class Tile:
         return f"{self.BM}x{self.BN}x{self.BK}, {self.TM}x{self.TN}/thread" + ("" if self.padded else ", unpadded")
 
 
-# On the GPU: 256 threads, 8x8 outputs each. In the simulator (a Python thread per CUDA thread),
+# On the GPU: 256 threads, 8x8 outputs each. In the simulator (every CUDA thread run in Python),
 # 64 threads of 2x4 (and 32 of 2x2): the same code, small enough to run in seconds.
 GPU_TILES = {
     "128x128": Tile(128, 128, 8, 8, 8, min_blocks=2),  # 2 blocks of 8 warps per SM: <= 128 registers

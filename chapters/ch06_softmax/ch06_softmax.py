@@ -27,7 +27,7 @@
 #   cross-entropy forward that reads the logits once and writes 8 bytes per row.
 #
 # Without a GPU, this notebook runs in numba's CUDA simulator: every kernel runs and is checked on
-# small matrices (the simulator runs one Python thread per CUDA thread); the times printed there
+# small matrices (the simulator runs every CUDA thread in Python); the times printed there
 # mean nothing, so each comparison is followed by the stored figures from an NVIDIA H100.
 
 # %%
@@ -198,7 +198,7 @@ def check_shape(rows, ncols, dtype, seed):
         workbook.assert_close(grad, k.cross_entropy_backward_reference(x, t), name=backward.__name__, **tol)
 
 
-# float16 at every shape on a GPU; in the simulator (a Python thread per CUDA thread) at the shapes
+# float16 at every shape on a GPU; in the simulator (every CUDA thread run in Python) at the shapes
 # that take its other code paths: 33 and 1025 columns (element by element), 32000 (a block per row).
 cases = [(rows, ncols, dtype, seed) for seed, (rows, ncols) in enumerate(shapes) for dtype in (np.float32, np.float16)
          if dtype == np.float32 or workbook.ON_GPU or ncols in (33, 1025, 32000)]

@@ -29,7 +29,7 @@ from chapters.ch04_implicit_gemm.kernels import (column_origin, conv2d_implicit,
 from chapters.ch06_softmax.kernels import warp_sum
 
 ZERO = np.float32(0.0)
-THREADS = 256 if ON_GPU else 32  # elementwise kernels; the simulator runs a Python thread per CUDA thread
+THREADS = 256 if ON_GPU else 32  # elementwise kernels; the simulator runs every CUDA thread in Python
 U64 = np.uint64
 
 _workspaces = {}

@@ -12,8 +12,8 @@ collectives.py)
     match_any_sync  match_all_sync                    compare          (mask, value)
     syncwarp([mask])  activemask()  lanemask_lt()
 
-corrects popc, brev, clz and ffs for negative and 64-bit values, and replaces the block scheduler by an
-event-driven one (below), which also serves syncthreads and syncthreads_count/and/or.
+corrects popc, brev, clz and ffs for negative and 64-bit values, and replaces the block scheduler by
+one that switches between greenlets (below), which also serves syncthreads and syncthreads_count/and/or.
 
 Threads, warps and lanes
 ------------------------
@@ -77,18 +77,24 @@ WarpDeadlockError naming the kernel, the block and, per warp, which lanes wait w
 
 Scheduling (why it is fast)
 ---------------------------
-Each simulated thread sleeps on its own lock while it waits. The last lane to arrive at a collective
-computes every participant's result and wakes them; an exiting thread re-checks the collectives and
-the barrier it might have been holding up. syncthreads completes when all *live* threads have arrived
-(exited threads do not block it, as on sm_70+). Nothing polls.
+Each simulated thread is a greenlet, and a block's threads take turns in the launching OS thread:
+in order of their linear index, each runs until it waits (a barrier, a collective) or exits, then
+switches back to the block's scheduler, which switches to the next thread that can run. The last
+lane to arrive at a collective computes every participant's result and puts them back in line; an
+exiting thread re-checks the collectives and the barrier it might have been holding up. syncthreads
+completes when all *live* threads have arrived (exited threads do not block it, as on sm_70+).
+Nothing polls, and no OS thread is woken: a switch is a call into greenlet, not a context switch and
+a hand-off of the GIL. A thread that spins on cuda.atomic.cas or exch (a lock) lets the others run
+at each call. Because the order is fixed, a race may well give the right values here: the sanitizer
+(on in exercise checks) names it whatever the order.
 
-Measured 2026-11-21 on 2 shared CPU cores (AMD EPYC), Python 3.11, numba-cuda 0.30.4; 16 blocks x 256
-threads, best of several runs (ranges: other jobs were running); stock = numba's own BlockManager:
-    ballot_sync + 5-step shfl_xor_sync reduction   0.95-1.5 s   stock: no warp intrinsics
+Measured 2026-11-26 on 2 shared CPU cores (AMD EPYC), Python 3.11, numba-cuda 0.30.4; 16 blocks x 256
+threads, best of 3, two runs each; "threads" = this package's previous scheduler, one pooled Python
+thread per CUDA thread, each sleeping on its own lock (numba's own runs a busy polling loop):
+    ballot_sync + 5-step shfl_xor_sync reduction   0.40-0.61 s   threads: 1.23-1.35 s
         (tests/test_warp_intrinsics.py -k speed -s prints it; the test's bound is 20 s)
-    elementwise `out[i] = x[i] + 1`                 0.32-0.59 s  stock: 0.35-0.63 s (same runs, interleaved)
-    the same between two syncthreads()              0.84-1.05 s  stock: 2.1-2.7 s
-Most of what is left is starting one Python thread per CUDA thread, which the stock simulator pays too.
+    elementwise `out[i] = x[i] + 1`                 0.19-0.20 s   threads: 0.29-0.38 s
+    the same between two syncthreads()              0.25-0.30 s   threads: 0.54-0.64 s
 
 tests/test_warp_intrinsics.py checks all of the above against hand-computed expectations; the same file
 passed on an H100 (results/nvidia-h100-80gb-hbm3/test_warp_intrinsics.log).
@@ -108,10 +114,20 @@ from .numba_typing import as_declared, declared_types
 from .sanitizer import RaceError, Sanitizer, UninitializedReadError, sanitizing  # noqa: F401
 from .scheduler import (FULL_MASK, STRICT_ENV, TIME_LIMIT_ENV, WARP_SIZE, BlockScheduler,  # noqa: F401
                         KernelTimeoutError, StrictModeError,
-                        WarpDeadlockError, _Thread, strict_mode)
+                        WarpDeadlockError, current, strict_mode)
 
 
 SANITIZE_ENV = "WORKBOOK_SANITIZE"
+
+
+class _ThreadingForKernels:
+    """The `threading` numba's kernelapi sees: current_thread() is the simulated CUDA thread running
+    now (a greenlet, scheduler.py), everything else the real module."""
+
+    current_thread = staticmethod(current)
+
+    def __getattr__(self, name):
+        return getattr(threading, name)
 
 
 def install():
@@ -127,6 +143,7 @@ def install():
     for name, function in INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, name, function)
     kernel.BlockManager = BlockScheduler
+    kernelapi.threading = _ThreadingForKernels()  # threadIdx & co. come from the running greenlet
     global _stock_getitem
     _stock_getitem = kernel.FakeCUDAKernel.__getitem__
     kernel.FakeCUDAKernel.__getitem__ = _configured_copy

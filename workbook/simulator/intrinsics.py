@@ -3,14 +3,13 @@ simulated kernel): votes, shuffles, match, syncwarp, activemask, lanemask_lt, an
 with numba's types. Each collective hands itself to the calling thread's BlockScheduler."""
 
 import sys
-import threading
 
 import numpy as np
 
 from .numba_typing import DeclaredInt, as_read
 
 from .collectives import SHFL_BFLY, SHFL_DOWN, SHFL_IDX, SHFL_UP
-from .scheduler import FULL_MASK, _is_integer
+from .scheduler import FULL_MASK, _is_integer, current
 
 # --------------------------------------------------------------------------------------------------
 # The intrinsics, as methods of FakeCUDAModule (`cuda` inside a simulated kernel). The argument order
@@ -36,7 +35,7 @@ def _shuffle_value(op, value):
 
 
 def _collective(kind, op, mask, *operands):
-    me = threading.current_thread()
+    me = current()
     return me.block.warp_collective(me, kind, op, mask, operands)
 
 
@@ -85,7 +84,7 @@ def syncwarp(self, mask=FULL_MASK):
 
 
 def activemask(self):
-    me = threading.current_thread()
+    me = current()
     # The call site: each frame from the caller up to the kernel, so that one device function called
     # from two branches counts as two sites, as two program counters would on a GPU.
     site, frame = [], sys._getframe(1)
@@ -98,7 +97,7 @@ def activemask(self):
 
 
 def lanemask_lt(self):
-    return np.uint32(threading.current_thread().bit - 1)
+    return np.uint32(current().bit - 1)
 
 
 # Bit manipulation. numba types a numpy integer as itself and a plain Python int as int64 (uint64 from

@@ -134,10 +134,7 @@ class Sanitizer:
         stamp = _Stamp(a)
         granules = range(a.offset, a.offset + a.size, 4) if a.size > 4 else (a.offset,)
         root = id(a.root)
-        # No lock: a lock taken by 256 Python threads at every access convoys them (50 us an access,
-        # measured). The GIL keeps each dict operation whole; a thread switch inside this method
-        # (every 5 ms at most, and simulated threads switch at barriers, not here) can at worst make
-        # one pair of accesses go unchecked, never report a race that did not happen.
+        # No lock: a simulated thread gives way only where it waits (scheduler.py), never in here.
         if root not in self.roots:
             self.roots[root] = a.root
         for offset in granules:

@@ -1,19 +1,23 @@
-"""The simulator's block scheduler: one Python thread per CUDA thread, warps cut from the linear
-thread index, and when a collective or a barrier completes.
+"""The simulator's block scheduler: a greenlet per CUDA thread, warps cut from the linear thread
+index, and when a collective or a barrier completes.
 
-Each simulated thread sleeps on its own lock while it waits. The last lane to arrive at a collective
-computes every participant's result (collectives.py) and wakes them; an
-exiting thread re-checks the collectives and the barrier it might have been holding up. syncthreads
-completes when all *live* threads have arrived (exited threads do not block it, as on sm_70+).
-Nothing polls. When every live thread of a block waits and nothing can be released, the launch
-raises WarpDeadlockError with a report of who waits where (see the package docstring).
+A block's threads take turns in one OS thread. A thread that must wait switches back to the block's
+scheduler; the last lane to arrive at a collective computes every participant's result
+(collectives.py) and puts them back in line; an exiting thread re-checks the collectives and the
+barrier it might have been holding up. syncthreads completes when all *live* threads have arrived
+(exited threads do not block it, as on sm_70+). Nothing polls. When every live thread of a block
+waits and nothing can be released, the launch raises WarpDeadlockError with a report of who waits
+where (see the package docstring).
 """
 
+import collections
+import ctypes
 import itertools
 import os
 import sys
 import threading
 
+import greenlet
 import numpy as np
 from numba.cuda.simulator.kernelapi import Dim3
 
@@ -35,6 +39,10 @@ class _Abort(BaseException):
     """Unwinds a simulated thread after another thread of its block failed.
 
     A BaseException, so that a kernel's own `except Exception:` cannot swallow it."""
+
+
+class _TimeUp(_Abort):
+    """What the watchdog of a time limit raises in the OS thread running a block (_time_out)."""
 
 
 _ABORT = object()  # handed to a waiting thread instead of a result when its block fails
@@ -108,23 +116,16 @@ class _Collective:
         self.calls = {}  # lane -> (thread, op name, operands)
 
 
-class _Thread(threading.Thread):
-    """A Python thread that plays one simulated CUDA thread at a time; FakeCUDAModule finds the one
-    it is playing with threading.current_thread().
+class _Thread(greenlet.greenlet):
+    """One simulated CUDA thread: a greenlet, which its block's scheduler switches to while it can run.
+    FakeCUDAModule finds it with threading.current_thread(), which install() points at current().
 
-    Starting a Python thread costs far more than waking one (a launch of 256 threads x 200 blocks
-    would start 51,200), so threads are kept in a pool: between jobs a thread sleeps on `go`, and
-    `assign` gives it the next CUDA thread to play."""
+    Every thread of a block runs in the launching OS thread, one at a time: a thread runs until it
+    waits (a barrier, a collective) or exits, then hands back to the scheduler, which switches to
+    the next thread that can run: no OS thread to wake, no GIL to hand over."""
 
-    def __init__(self):
-        super().__init__(daemon=True, name="simulated cuda thread")
-        # Read by a failing thread's BlockScheduler._fail for every thread of the launch, including
-        # those not yet assigned: a new thread must already say "not waiting".
-        self.waiting_in = None
-        self.go = threading.Lock()
-        self.go.acquire()  # released by assign(): "play this CUDA thread"
-
-    def assign(self, block, block_idx, thread_idx, thread_id):
+    def __init__(self, block, block_idx, thread_idx, thread_id):
+        super().__init__()  # its parent is the scheduler's greenlet, which creates it
         self.block = block
         self.blockIdx = Dim3(*block_idx)
         self.threadIdx = Dim3(*thread_idx)
@@ -134,39 +135,24 @@ class _Thread(threading.Thread):
         self.lane = thread_id % WARP_SIZE
         self.bit = 1 << self.lane
         self.warp = block.warps[thread_id // WARP_SIZE]
-        # Held while the thread runs; released by whoever wakes it, so acquiring it is "sleep until woken".
-        self.wake = threading.Lock()
-        self.wake.acquire()
-        self.result = None
+        self.result = None  # what a wait returns, set by whoever releases the thread
         self.waiting_in = None  # (op name, mask) while waiting: what a deadlock report shows
-        if not self.is_alive():
-            self.start()
-        self.go.release()
 
     def run(self):
-        while True:
-            self.go.acquire()
-            block = self.block
-            try:
-                # A GPU computes with NaN and Inf without a word: so does a simulated thread (NumPy
-                # would warn at every one); numba's debug mode still raises on a division by zero.
-                with np.errstate(divide="raise") if block.debug else np.errstate(all="ignore"):
-                    tracer = line_tracer(self)  # the lines this thread runs, for a memory trace that asks
-                    if tracer is not None:
-                        sys.settrace(tracer)
-                    try:
-                        block.kernel(*block.args)
-                    finally:
-                        if tracer is not None:
-                            sys.settrace(None)
-            except _Abort:
-                pass
-            except Exception as error:
-                block.thread_failed(self, error, sys.exc_info()[2])
-            finally:
-                block.thread_exited(self)
-                self.block = block = None  # nothing of this launch stays reachable from the pool
-                _IDLE.append(self)  # last: from here on the next assign() may reuse this thread
+        block = self.block
+        try:
+            # A GPU computes with NaN and Inf without a word: so does a simulated thread (NumPy
+            # would warn at every one); numba's debug mode still raises on a division by zero.
+            with np.errstate(divide="raise") if block.debug else np.errstate(all="ignore"):
+                if block.tracer is not None:
+                    sys.settrace(block.tracer)  # the lines this thread runs, for a memory trace that asks
+                block.kernel(*block.args)
+        except _Abort as abort:
+            block.time_up_landed |= isinstance(abort, _TimeUp)
+        except Exception as error:
+            block.thread_failed(self, error, sys.exc_info()[2])
+        finally:
+            block.thread_exited(self)
 
     # numba's FakeCUDAModule (and GridGroup.sync) call these on the current thread.
     def syncthreads(self):
@@ -196,9 +182,9 @@ def _is_kernel_code(filename, _seen={}):  # noqa: B006  (a cache)
     return known
 
 
-def line_tracer(thread):
-    """A sys.settrace function that hands each line of kernel code this thread runs to the listeners
-    that want lines (watch.py), or None when none does."""
+def line_tracer():
+    """A sys.settrace function that hands each line of kernel code a simulated thread runs to the
+    listeners that want lines (watch.py), or None when none does."""
     from . import watch
 
     wanting = [listener for listener in watch._listeners if getattr(listener, "wants_lines", False)]
@@ -207,6 +193,7 @@ def line_tracer(thread):
 
     def local(frame, event, _):
         if event == "line":
+            thread = current()
             for listener in wanting:
                 listener.line(thread, frame.f_code, frame.f_lineno)
         return local
@@ -214,26 +201,20 @@ def line_tracer(thread):
     def calls(frame, event, _):
         return local if _is_kernel_code(frame.f_code.co_filename) else None
 
-
     return calls
 
 
+current = greenlet.getcurrent  # the simulated CUDA thread running now (outside a kernel: not one)
 _block_serials = itertools.count()
-_IDLE = []  # pooled threads waiting for a CUDA thread to play (list.append/pop are atomic)
-
-
-def _pooled_thread():
-    try:
-        return _IDLE.pop()
-    except IndexError:
-        return _Thread()
 
 
 class BlockScheduler:
-    """Runs one thread block: one Python thread per CUDA thread, woken by events rather than polled.
+    """Runs one thread block: a greenlet per CUDA thread, each switched to when it can run.
 
-    Every method that touches the shared state holds self.lock; a thread that must wait records why
-    (for deadlock reports), lowers the running counts and sleeps on its own lock outside self.lock."""
+    Threads start in order of their linear index; one that must wait (a barrier, a collective)
+    records why (for deadlock reports), lowers the running counts and switches back here; whoever
+    completes the wait puts it back in line. Every method that touches the shared state holds
+    self.lock, which only the watchdog of a time limit, on another OS thread, ever contends for."""
 
     def __init__(self, f, grid_dim, block_dim, debug):
         self.kernel = f
@@ -258,27 +239,63 @@ class BlockScheduler:
         self.exited_since_barrier = []  # threadIdx of threads that exited since the last syncthreads opened
         self.barrier_line = None  # where the first thread to arrive at the pending syncthreads called it
         self.failure = None  # (exception, traceback) of the first thread that failed, or a deadlock
-        self.done = threading.Lock()
-        self.done.acquire()
         self.finished = False
-        self.started = self.exited = 0
-        self.all_exited = threading.Condition(self.lock)
-        self.threads = [_pooled_thread() for _ in range(n_threads)]
+        self.timed_out = self.time_up_landed = False
+        self.hub = current()  # where a thread that waits or exits switches back to
+        self.tracer = line_tracer()
         thread_indices = ((x, y, z) for z in range(bz) for y in range(by) for x in range(bx))
-        for thread_id, (thread, thread_idx) in enumerate(zip(self.threads, thread_indices)):
-            if self.failure is not None:
-                _IDLE.extend(self.threads[thread_id:])  # a thread already failed: the launch is over
-                del self.threads[thread_id:]
-                break
-            thread.assign(self, grid_point, thread_idx, thread_id)
-            self.started += 1
+        self.threads = [_Thread(self, grid_point, idx, tid) for tid, idx in enumerate(thread_indices)]
+        self.ready = collections.deque(self.threads)  # threads that can run, in the order they will
         limit = block_time_limit()
-        if not self.done.acquire(timeout=limit or -1):
-            self._time_out(limit)
+        watchdog = None
+        if limit:
+            watchdog = threading.Timer(limit, self._time_out, args=(limit, threading.get_ident()))
+            watchdog.daemon = True
+            watchdog.start()
+        try:
+            self._run_until_all_wait_or_exit()
+        finally:
+            if self.tracer is not None:
+                sys.settrace(None)
+            if watchdog is not None:
+                self._stop(watchdog)
         if self.failure is not None:
-            self._let_threads_unwind(seconds=2.0)
             error, traceback = self.failure
             raise error.with_traceback(traceback)
+
+    def _run_until_all_wait_or_exit(self):
+        ready = self.ready
+        while True:
+            try:
+                while ready:
+                    thread = ready.popleft()
+                    if self.failure is not None and not thread:  # the block failed before it started
+                        continue
+                    thread.switch()
+                return
+            except _TimeUp:  # the watchdog's, landing here between two threads: go on unwinding them
+                self.time_up_landed = True
+
+    def _stop(self, watchdog):
+        """Stop the watchdog; if it fired, take its exception here, so that it cannot land after the launch."""
+        while True:
+            try:
+                with self.lock:
+                    self.finished = True
+                    watchdog.cancel()
+                while self.timed_out and not self.time_up_landed:
+                    pass  # raised at the loop's next jump back
+                return
+            except _TimeUp:
+                self.time_up_landed = True
+
+    def pause(self, me):
+        """Let the other threads that can run go first (a thread spinning on an atomic waits for them)."""
+        if self.ready:
+            self.ready.append(me)
+            self.hub.switch()
+            if self.failure is not None:
+                raise _Abort()
 
     # -- called by the simulated threads ------------------------------------------------------------
 
@@ -361,17 +378,13 @@ class BlockScheduler:
                 if self.at_barrier and len(self.at_barrier) == self.live:
                     self._open_barrier(None)
                 self._check_progress(warp)
-            if self.live == 0:
-                self._finish()
-            self.exited += 1
-            self.all_exited.notify_all()
 
     # -- internals, all called with self.lock held ------------------------------------------------
 
     def _sleep(self, me):
-        me.wake.acquire()
+        self.hub.switch()
         result, me.result = me.result, None
-        if result is _ABORT:
+        if result is _ABORT or self.failure is not None:
             raise _Abort()
         return _unwrap(result)
 
@@ -385,7 +398,7 @@ class BlockScheduler:
         thread.waiting_in = None
         thread.warp.running += 1
         self.running += 1
-        thread.wake.release()
+        self.ready.append(thread)
 
     def _check_progress(self, warp):
         if warp.running == 0 and warp.at_activemask:
@@ -469,37 +482,33 @@ class BlockScheduler:
             if thread.waiting_in is not None:
                 thread.waiting_in = None
                 thread.result = _ABORT
-                thread.wake.release()
-        self._finish()
+                self.ready.append(thread)  # to unwind: it raises _Abort where it waits
 
-    def _finish(self):
-        if not self.finished:
-            self.finished = True
-            self.done.release()
-
-    def _let_threads_unwind(self, seconds):
-        """Give aborted threads a moment to leave the kernel, so that they do not overlap the next launch."""
-        with self.lock:
-            self.all_exited.wait_for(lambda: self.exited == self.started, timeout=seconds)
-
-    def _time_out(self, limit):
-        """The block ran past its limit: say where each thread that still runs is, stop them all."""
-        import ctypes
-
+    def _time_out(self, limit, os_thread):
+        """The watchdog, on its own OS thread: the block ran past its limit. Say where each thread that
+        can still run is, and stop the one running (it unwinds; the others are aborted where they wait)."""
         frames = sys._current_frames()
         with self.lock:
-            running = [t for t in self.threads if t.block is self and t.waiting_in is None and t.ident in frames]
+            if self.finished:
+                return
             where = {}
+            running = [t for t in self.threads if t and t.waiting_in is None]
             for thread in running:
-                where.setdefault(kernel_line(frames[thread.ident]), []).append(tuple(thread.threadIdx))
+                frame = frames.get(os_thread) if thread is self.running_now() else thread.gr_frame
+                where.setdefault(kernel_line(frame), []).append(tuple(thread.threadIdx))
             shown = "; ".join(f"thread {ids[0]}{f' and {len(ids) - 1} more' if len(ids) > 1 else ''} at {line}"
                               for line, ids in where.items())
             self._fail(KernelTimeoutError(
                 f"kernel '{getattr(self.kernel, '__name__', '?')}' did not finish block {self.block_idx} within "
                 f"{limit:g} s: {shown or 'no thread is running'}. A loop whose condition never changes? (On a GPU "
                 f"the launch would hang.)"), None)
-            for thread in running:  # raised inside each one at its next bytecode: it unwinds and exits
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_Abort))
+            self.timed_out = True
+            # Raised at the running thread's next bytecode: it unwinds, and the rest follow.
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(os_thread), ctypes.py_object(_TimeUp))
+
+    def running_now(self):
+        """The thread of this block that holds the OS thread now (the one not suspended in a switch)."""
+        return next((t for t in self.threads if t and t.gr_frame is None), None)
 
     def _deadlock_report(self):
         name = getattr(self.kernel, "__name__", "?")

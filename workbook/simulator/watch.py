@@ -22,11 +22,11 @@ what the lessons count. With no listener, a plain run pays one list test per acc
 
 import contextlib
 import sys
-import threading
 
 import numpy as np
 
 from .numba_typing import widened
+from .scheduler import current
 
 _listeners = []  # objects with .access(Access) (or .count(space, bytes)) and .launch_ended(); see listening()
 
@@ -104,7 +104,7 @@ def forget_arrays():
 
 def report(space, op, array, index, value=None, size=None, depth=2):
     """Hand one access of array[index] (an element, or `size` bytes from it) to the listeners."""
-    me = threading.current_thread()
+    me = current()
     if getattr(me, "in_atomic", True):  # inside cuda.atomic.*, or not a simulated thread at all
         return
     known = _arrays.get(id(array))
@@ -155,7 +155,7 @@ def _why_out_of_bounds(array, index):
 
 def out_of_bounds(array, index, verb, space, depth=2):
     """An IndexError naming the kernel, block, thread and source line of a bad access."""
-    me = threading.current_thread()
+    me = current()
     frame = sys._getframe(depth)
     where = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
     who = (f"kernel '{me.block.kernel.__name__}', block {tuple(me.blockIdx)}, thread {tuple(me.threadIdx)}"
@@ -279,14 +279,21 @@ def install():
             setattr(kernelapi.FakeCUDAAtomic, name, _unreported(method))
 
 
+_SPUN_ON = ("cas", "compare_and_swap", "exch")  # what a spin lock calls until another thread lets go
+
+
 def _unreported(method):
+    spun_on = method.__name__ in _SPUN_ON
+
     def atomic(*args, **kwargs):
-        me = threading.current_thread()
+        me = current()
         me.in_atomic = True
         try:
             return method(*args, **kwargs)
         finally:
             me.in_atomic = False
+            if spun_on and hasattr(me, "block"):
+                me.block.pause(me)  # the threads of a block share one OS thread: let the holder run
 
     atomic.__name__ = method.__name__
     return atomic
