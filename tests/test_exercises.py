@@ -188,3 +188,20 @@ def test_handout_refuses_uncommitted_answers_and_stray_files(tmp_path):
     (clone / "notes.html").unlink()
     refused = _handout(clone, tmp_path / "refused-again")
     assert refused.returncode != 0 and "ch01.1" in refused.stderr
+
+
+def test_wasted_work_is_judged_in_all_and_launch_by_launch_where_the_reference_uses_shared_memory():
+    reference = {"kernels": ["k", "k"], "global": [100, 100], "shared": [0, 1000]}
+
+    def mine(global_bytes, shared_bytes):
+        return {"kernels": ["k", "k"], "global": global_bytes, "shared": shared_bytes}
+
+    assert ex.wasted_work(mine([100, 100], [0, 1000]), reference) is None
+    assert "1.6x the global-memory bytes" in ex.wasted_work(mine([200, 120], [0, 1000]), reference)
+    # An extra step of zeros: no more global bytes, twice the shared ones, in launch 2
+    assert "launch 2 of 2 (k)" in ex.wasted_work(mine([100, 100], [0, 2000]), reference)
+    # Shared memory where the reference uses none is a way of doing it, not waste
+    assert ex.wasted_work(mine([100, 100], [5000, 1000]), reference) is None
+    # Another number of launches: only the totals compare
+    assert ex.wasted_work({"kernels": ["k"], "global": [200], "shared": [9000]}, reference) is None
+    assert ex.wasted_work(mine([100, 100], [0, 2000]), None) is None

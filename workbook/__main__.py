@@ -84,9 +84,10 @@ def exercises(args):
         import json
 
         traffic = {}
+        ex.EXERCISE_TRAFFIC.unlink(missing_ok=True)  # the reference answers are measured, not judged
         for exercise in ex.all_exercises():
             result = ex.evaluate(exercise, ex.load(exercise.chapter, "solutions"))
-            if result.status == ex.CORRECT and result.traffic:
+            if result.status == ex.CORRECT and result.traffic:  # (None: no launch of its own kernels)
                 traffic[exercise.id] = result.traffic
         ex.EXERCISE_TRAFFIC.write_text(json.dumps(traffic, indent=1) + "\n")
         print(f"wrote {ex.EXERCISE_TRAFFIC.relative_to(results.ROOT)}: {len(traffic)} exercises")

@@ -22,8 +22,8 @@ the workbook without solutions.py.
     fast enough     on a GPU, the speed target met (a ratio to the chapter's kernel, same run)
     too slow        correct but under the speed target (on a GPU, a time; in the simulator, the
                     memory traffic); or, in the simulator, correct values from kernels that read
-                    and write more than WASTE_LIMIT times the global-memory bytes of the reference
-                    answer on the same check (EXERCISE_TRAFFIC): work done more than once
+                    and write more than WASTE_LIMIT times the bytes of the reference answer on
+                    the same check (EXERCISE_TRAFFIC; wasted_work): work done more than once
 """
 
 import contextlib
@@ -93,7 +93,7 @@ class Result:
     status: str
     message: str = ""
     ratio: float = None
-    traffic: int = None  # in the simulator: global-memory bytes the answer's kernels read and wrote in the check
+    traffic: dict = None  # in the simulator: the bytes each launch of the answer's kernels moved (_Traffic.summary)
 
     @property
     def passed(self):
@@ -260,7 +260,8 @@ def load_source(text, directory, label):
 
 def planted_wrong_answers(exercise):
     """[(old, new), ...]: edits of the solution's region that its check must reject; (old, new,
-    "simulator"): one that only the simulator's extra grids reveal (exercises.Exercise.grids)."""
+    "simulator"): one that only the simulator reveals, on its extra grids (exercises.Exercise.grids)
+    or by the bytes it moves (wasted_work)."""
     solutions = load(exercise.chapter, "solutions")
     return getattr(solutions, PLANTED).get(exercise.id, [])
 
@@ -312,33 +313,77 @@ def _wrong_on_another_grid(exercise, module):
 
 REGRIDDED_LAUNCHES = 8  # launches of the student's kernels tried on each other grid
 
-WASTE_LIMIT = 1.5  # global-memory bytes an answer may move, as a multiple of the reference answer's
-EXERCISE_TRAFFIC = CHAPTERS / "exercise_traffic.json"  # {exercise: bytes}: `exercises --store-traffic`
+WASTE_LIMIT = 1.5  # bytes an answer's kernels may move, as a multiple of the reference answer's (wasted_work)
+EXERCISE_TRAFFIC = CHAPTERS / "exercise_traffic.json"  # {exercise: _Traffic.summary()}: `exercises --store-traffic`
 
 
 def reference_traffic():
-    """{exercise id: global-memory bytes the reference answer's kernels read and write in its check,
-    in the simulator}, as stored (a handout has no solutions.py, but has this)."""
+    """{exercise id: the bytes each launch of the reference answer's kernels reads and writes in its check,
+    global and shared memory apart, in the simulator}, as stored (a handout has no solutions.py, but has this)."""
     import json
 
     return json.loads(EXERCISE_TRAFFIC.read_text()) if EXERCISE_TRAFFIC.exists() else {}
 
 
 class _Traffic:
-    """A simulator listener (simulator/watch.py): global-memory bytes accessed by one module's kernels."""
+    """A simulator listener (simulator/watch.py): the global- and shared-memory bytes each launch of one
+    module's kernels reads and writes."""
 
     def __init__(self, module_name):
-        self.module, self.bytes, self._counting = module_name, 0, False
+        self.module, self._counting = module_name, False
+        self.kernels, self.global_bytes, self.shared_bytes = [], [], []  # one entry per launch
 
     def launch_started(self, number, kernel):
         self._counting = getattr(kernel.fn, "__module__", None) == self.module
+        if self._counting:
+            self.kernels.append(kernel.fn.__name__)
+            self.global_bytes.append(0)
+            self.shared_bytes.append(0)
 
     def launch_ended(self, number, kernel, failed=False):
         self._counting = False
 
     def count(self, space, size):  # (watch.report: bytes only, no Access built)
-        if self._counting and space == "global":
-            self.bytes += size
+        if self._counting:
+            if space == "global":
+                self.global_bytes[-1] += size
+            elif space == "shared":
+                self.shared_bytes[-1] += size
+
+    def summary(self):
+        if not self.kernels:
+            return None
+        return {"kernels": self.kernels, "global": self.global_bytes, "shared": self.shared_bytes}
+
+
+def wasted_work(mine, reference):
+    """Why an answer's kernels did work more than once, or None. Measured against the reference
+    answer's kernels on the same check: more than WASTE_LIMIT times its global-memory bytes in all;
+    or, launch by launch where the reference stages data in shared memory (a tiled loop), more than
+    WASTE_LIMIT times its global and shared bytes together (an extra step of zeros moves no global
+    bytes, but a tile's worth of shared ones)."""
+    if not reference:
+        return None
+    total, reference_total = sum(mine["global"]), sum(reference["global"])
+    if reference_total and total > WASTE_LIMIT * reference_total:
+        return (f"right values, but your kernels read and wrote {total / reference_total:.1f}x the global-memory "
+                f"bytes the reference answer does on the same check ({total:,} against {reference_total:,}; "
+                "counted in the simulator): work done more than once? (a grid-stride loop that strides by "
+                "less than the grid, threads that each redo the whole array)")
+    launches = len(reference["global"])
+    if len(mine["global"]) != launches:
+        return None
+    for i in range(launches):
+        if not reference["shared"][i]:
+            continue
+        moved = mine["global"][i] + mine["shared"][i]
+        expected = reference["global"][i] + reference["shared"][i]
+        if moved > WASTE_LIMIT * expected:
+            return (f"right values, but launch {i + 1} of {launches} ({mine['kernels'][i]}) read and wrote "
+                    f"{moved / expected:.1f}x the global- and shared-memory bytes of the reference answer's same "
+                    f"launch ({moved:,} against {expected:,}; counted in the simulator): work done more than "
+                    "once? (a loop step that adds only zeros, a tile staged twice)")
+    return None
 
 
 def _listening(listener):
@@ -399,14 +444,11 @@ def evaluate(exercise, module):
     if wrong:
         return Result(exercise, WRONG, wrong)
     if exercise.speed is None:
-        reference = reference_traffic().get(exercise.id)
-        if not ON_GPU and reference and traffic.bytes > WASTE_LIMIT * reference:
-            return Result(exercise, SLOW, (
-                f"right values, but your kernels read and wrote {traffic.bytes / reference:.1f}x the global-memory "
-                f"bytes the reference answer does on the same check ({traffic.bytes:,} against {reference:,}; "
-                "counted in the simulator): work done more than once? (a grid-stride loop that strides by "
-                "less than the grid, threads that each redo the whole array)"), traffic=traffic.bytes)
-        return Result(exercise, CORRECT, traffic=traffic.bytes)
+        mine = traffic.summary()
+        waste = None if ON_GPU else wasted_work(mine, reference_traffic().get(exercise.id))
+        if waste:
+            return Result(exercise, SLOW, waste, traffic=mine)
+        return Result(exercise, CORRECT, traffic=None if ON_GPU else mine)
     ratio, what = exercise.speed(module)
     if not ON_GPU:
         what += " (in the simulator: the global-memory sectors both move, traced; not a time)"

@@ -187,6 +187,8 @@ PLANTED_WRONG_ANSWERS = {
     "ch04.1": [("else ZERO", "else np.float32(1.0)"),  # the padding read as 1, not 0
                ("0 <= w < W", "0 <= w < H")],  # H for W: right on square images only
     "ch04.2": [("for kk in range(depth):", "for kk in range(depth - 1):")],  # drops the last product
-    "ch04.3": [("(depth + TILE - 1) // TILE", "(depth + TILE - 2) // TILE")],  # a partial step of 1 is lost
+    "ch04.3": [("(depth + TILE - 1) // TILE", "(depth + TILE - 2) // TILE"),  # a partial step of 1 is lost
+               # right values, but a step of zeros where depth is whole: too slow (the simulator's traffic)
+               ("(depth + TILE - 1) // TILE", "depth // TILE + 1", "simulator")],
     "ch04.4": [("v = q * sw - pw + s * dw", "v = q * sw + s * dw")],  # padding forgotten along w
 }
