@@ -9,7 +9,10 @@ workbook`) makes every launch
     1. type the kernel's arguments as a GPU launch would (dtype, dimensions, layout of each array),
     2. compile the kernel once per signature, for compute capability 9.0 (the H100 the workbook is
        measured on) and 7.5 (a T4, the GPU of free hosted notebooks), in a separate worker process,
-    3. raise GPUCompileError, with numba's message, if the GPU compiler rejects it. A compile that
+    3. raise GPUCompileError, with numba's message, if the GPU compiler rejects it (numba, NVVM, or
+       ptxas for 9.0, which checks the inline PTX of workbook/memory.py and tensor_cores.py; the 7.5
+       PTX is not assembled, so an instruction a T4 lacks -- tensor_cores' TF32 mma, cp.async -- is
+       not reported: those kernels' wrappers check the GPU's capability instead). A compile that
        could not run at all (no driver where a module wants one, a kernel that cannot travel to the
        worker) is not the kernel's fault: it is said once on stderr, and the launch goes on.
 
@@ -136,9 +139,9 @@ class _Pickler:
 
 def _sources_by_name(fn):
     """The text of the modules whose functions travel by name (the payload holds only their names):
-    workbook/memory.py's intrinsics and the kernel's own module (chapter 03's address helpers).
+    workbook/memory.py's and tensor_cores.py's intrinsics and the kernel's own module (chapter 03's address helpers).
     Part of the cache key, so that editing an intrinsic recompiles the kernels that call it."""
-    paths = {Path(__file__).with_name("memory.py")}
+    paths = {Path(__file__).with_name("memory.py"), Path(__file__).with_name("tensor_cores.py")}
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     if getattr(module, "__file__", None):
         paths.add(Path(module.__file__))
@@ -221,6 +224,10 @@ def _ptx_facts(ptx, cc):
     finally:
         os.unlink(handle.name)
     text = done.stderr + done.stdout
+    if done.returncode and "error" in text:  # inline PTX (workbook/tensor_cores.py) that ptxas rejects
+        from numba.core.errors import NumbaError
+
+        raise NumbaError(f"ptxas -arch=sm_{cc[0]}{cc[1]} rejects the kernel's PTX: {text.strip()[:2000]}")
     registers = re.findall(r"Used (\d+) registers", text)
     spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)]
     return {"registers": max(map(int, registers)) if registers else None,

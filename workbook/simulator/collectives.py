@@ -111,4 +111,100 @@ def _resolve_syncwarp(call, block):
     return dict.fromkeys(call.calls)
 
 
-RESOLVERS = {"vote": _resolve_vote, "shfl": _resolve_shuffle, "match": _resolve_match, "syncwarp": _resolve_syncwarp}
+def _whole_warp(call):
+    """mma and ldmatrix are .sync.aligned: every lane of a full warp executes the same one. A _Raise
+    for all of them if not (a GPU's result is undefined), else None."""
+    warp = next(thread for thread, _, _ in call.calls.values()).warp
+    ops = {op for _, op, _ in call.calls.values()}
+    if call.arrived == FULL and len(ops) == 1:
+        return None
+    if len(ops) > 1:
+        why = f"its lanes called different instructions ({', '.join(sorted(ops))}) together"
+    elif warp.existing != FULL:
+        why = (f"the warp has only {warp.existing.bit_length()} lanes (the block's size is not a multiple of "
+               "32)")
+    else:
+        missing = [lane for lane in range(WARP_SIZE) if not call.arrived >> lane & 1]
+        why = f"lane(s) {', '.join(map(str, missing[:8]))}{' ...' if len(missing) > 8 else ''} skipped it (exited)"
+    error = RuntimeError(f"{'/'.join(sorted(ops))} in warp {warp.index}: {why}. It is a warp-wide instruction "
+                         "(.sync.aligned): all 32 lanes must execute it, outside any branch that some lanes skip; "
+                         "on a GPU the result is undefined")
+    return dict.fromkeys(call.calls, _Raise(error))
+
+
+FULL = (1 << WARP_SIZE) - 1
+_LANES = np.arange(WARP_SIZE)
+
+
+def _fragment_index(kind):
+    """Per register, the flat indices of A (M x K), B (K x N) and C (M x N) each lane holds; for 16-bit
+    kinds the first of the pair (the second is the next column of A, the next row of B)."""
+    from ..tensor_cores import MMA_SHAPES, fragment_coordinates
+
+    m, n, k = MMA_SHAPES[kind]
+    where = fragment_coordinates(kind)
+    return (where["a"][..., 0] * k + where["a"][..., 1], where["b"][..., 0] * n + where["b"][..., 1],
+            where["c"][..., 0] * n + where["c"][..., 1])
+
+
+_FRAGMENTS = {}
+
+
+def _resolve_mma(call, block):
+    wrong = _whole_warp(call)
+    if wrong is not None:
+        return wrong
+    kind = call.calls[0][2][0]
+    if kind not in _FRAGMENTS:
+        _FRAGMENTS[kind] = _fragment_index(kind)
+    a_at, b_at, c_at = _FRAGMENTS[kind]
+    from ..tensor_cores import MMA_SHAPES
+
+    m, n, k = MMA_SHAPES[kind]
+    regs_a = np.array([call.calls[lane][2][1] for lane in range(WARP_SIZE)], np.uint32)
+    regs_b = np.array([call.calls[lane][2][2] for lane in range(WARP_SIZE)], np.uint32)
+    c = np.zeros(m * n, np.float32)
+    c[c_at] = np.array([call.calls[lane][2][3] for lane in range(WARP_SIZE)], np.float32)
+    a, b = np.zeros(m * k, np.float32), np.zeros(k * n, np.float32)
+    if kind == "tf32":  # the tensor core reads the top 19 bits: sign, exponent, 10 of mantissa
+        a[a_at] = (regs_a & np.uint32(0xFFFFE000)).view(np.float32)
+        b[b_at] = (regs_b & np.uint32(0xFFFFE000)).view(np.float32)
+    else:  # two 16-bit values a register: the low half first (the next column of A, the next row of B)
+        def halves(regs):
+            low, high = regs & np.uint32(0xFFFF), regs >> np.uint32(16)
+            if kind == "f16":
+                return low.astype(np.uint16).view(np.float16), high.astype(np.uint16).view(np.float16)
+            return (low << np.uint32(16)).view(np.float32), (high << np.uint32(16)).view(np.float32)
+        low, high = halves(regs_a)
+        a[a_at], a[a_at + 1] = low, high
+        low, high = halves(regs_b)
+        b[b_at], b[b_at + n] = low, high
+    d = (a.reshape(m, k).astype(np.float64) @ b.reshape(k, n) + c.reshape(m, n)).astype(np.float32).reshape(-1)
+    out = d[c_at]
+    return {lane: tuple(out[lane]) for lane in range(WARP_SIZE)}
+
+
+def _resolve_ldmatrix(call, block):
+    """Lane 8i + r gave row r of matrix i; lane L gets, of each matrix, row L // 4's elements 2(L % 4)
+    and 2(L % 4) + 1 in one register (the low half first), or with .trans column L // 4's."""
+    wrong = _whole_warp(call)
+    if wrong is not None:
+        return wrong
+    count, trans, _ = call.calls[0][2]
+    registers = []
+    for matrix in range(count):
+        rows = []
+        for r in range(8):
+            flat, index = call.calls[8 * matrix + r][2][2]
+            start = index * flat.itemsize
+            rows.append(flat.view(np.uint8)[start:start + 16].view(np.uint16))
+        m = np.stack(rows).astype(np.uint32)  # 8 x 8 16-bit values
+        if trans:
+            m = m.T
+        pairs = m.reshape(8, 4, 2)  # row, column pair, half
+        registers.append(pairs[_LANES // 4, _LANES % 4, 0] | pairs[_LANES // 4, _LANES % 4, 1] << np.uint32(16))
+    return {lane: tuple(np.uint32(reg[lane]) for reg in registers) for lane in range(WARP_SIZE)}
+
+
+RESOLVERS = {"vote": _resolve_vote, "shfl": _resolve_shuffle, "match": _resolve_match, "syncwarp": _resolve_syncwarp,
+             "mma": _resolve_mma, "ldmatrix": _resolve_ldmatrix}

@@ -1,0 +1,78 @@
+"""Chapter 09's kernels, in one namespace: `from chapters.ch09_tensor_cores import kernels as k`.
+
+C = A @ B on tensor cores, TF32 (float32 data) or FP16 (float16 data, float32 accumulation). The
+modules, in reading order:
+
+    reference.py    NumPy references and the tolerance, derived from TF32's rounding and the
+                    float32 accumulation
+    naive.py        one warp per 16x8 tile, fragments straight from global memory (any shape)
+    pipelined.py    128x128 block tiles, a 3-stage cp.async pipeline, ldmatrix from swizzled shared
+                    memory, 64x64 per warp (K and N multiples of 16 bytes)
+
+gemm() picks the kernel for the precision and the variant, checks the arguments and launches it.
+The instructions themselves are workbook/tensor_cores.py's.
+"""
+
+from functools import lru_cache
+
+import numpy as np
+
+from workbook import ON_GPU
+from workbook.inputs import require
+from workbook.memory import aligned
+from workbook.tensor_cores import tensor_cores
+
+from . import naive, pipelined
+from .reference import gemm_reference, operands, tf32_input_error, tolerance
+
+__all__ = ["gemm", "KERNELS", "PRECISIONS", "gemm_reference", "operands", "tf32_input_error", "tolerance",
+           "naive", "pipelined"]
+
+PRECISIONS = {np.dtype(np.float32): "tf32", np.dtype(np.float16): "f16"}
+KERNELS = {("tf32", "naive"): naive.gemm_tf32_naive, ("f16", "naive"): naive.gemm_f16_naive,
+           ("tf32", "pipelined"): pipelined.gemm_tf32_pipelined, ("f16", "pipelined"): pipelined.gemm_f16_pipelined}
+
+
+@lru_cache(maxsize=None)
+def _gpu_has_tensor_cores():
+    from numba import cuda
+
+    device = cuda.get_current_device()
+    cc = device.compute_capability
+    if not tensor_cores(cc):
+        raise RuntimeError(f"{device.name.decode() if isinstance(device.name, bytes) else device.name} has compute "
+                           f"capability {cc[0]}.{cc[1]}; this chapter's instructions (TF32 and m16n8k16 mma, "
+                           "cp.async) need 8.0 or newer (A100, H100, RTX 30xx and later)")
+    return True
+
+
+def gemm(a, b, c, *, variant="pipelined", stream=0):
+    """c = a @ b on tensor cores: a (M, K), b (K, N), both float32 (TF32 multiplies) or both float16;
+    c (M, N) float32. variant: "naive" (any shape) or "pipelined" (K and N multiples of 4 for
+    float32, 8 for float16: every row 16-byte aligned, which cp.async needs)."""
+    a = require(a, "a", dtype=(np.float32, np.float16), ndim=2)
+    b = require(b, "b", dtype=a.dtype, ndim=2)
+    if b.shape[0] != a.shape[1]:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    c = require(c, "c", dtype=np.float32, shape=(a.shape[0], b.shape[1]))
+    precision = PRECISIONS[np.dtype(a.dtype)]
+    if (precision, variant) not in KERNELS:
+        raise ValueError(f"variant must be 'naive' or 'pipelined', not {variant!r}")
+    if ON_GPU:
+        _gpu_has_tensor_cores()
+    (M, K), N = a.shape, b.shape[1]
+    kernel = KERNELS[precision, variant]
+    if variant == "naive":
+        kernel[naive.blocks_for(M, N), naive.THREADS, stream](a, b, c)
+        return c
+    per_chunk = 16 // a.dtype.itemsize
+    if K % per_chunk or N % per_chunk:
+        raise ValueError(f"the pipelined kernel copies 16-byte chunks (cp.async): K and N must be multiples of "
+                         f"{per_chunk} for {np.dtype(a.dtype)}, not K={K}, N={N}. Pad them with zeros, or take "
+                         "variant='naive'")
+    for name, array in (("a", a), ("b", b)):
+        if not aligned(array, 16):
+            raise ValueError(f"{name}'s first element is not 16-byte aligned (a view at an odd offset?): cp.async "
+                             "needs it; copy it to a fresh array")
+    kernel[pipelined.grid_for(M, N), pipelined.THREADS, stream](a, b, c)
+    return c

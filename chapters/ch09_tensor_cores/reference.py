@@ -1,0 +1,49 @@
+"""Chapter 09's NumPy references, and how far a tensor core's answer may be from them.
+
+A tensor-core GEMM differs from float64 arithmetic in two places, and the tolerance is built from both:
+
+1. **The inputs.** TF32 keeps 10 of float32's 23 mantissa bits: `to_tf32` rounds each A and B value
+   to the nearest (relative error at most 2^-11), and a value never rounded is truncated by the
+   tensor core (at most 2^-10). FP16 inputs are exact: they *are* what the kernel reads. So the
+   reference rounds its inputs as the kernel does, and what remains is:
+2. **The accumulation.** Each output is a sum of K products added into a float32 accumulator, one
+   mma (8 or 16 products) at a time; each addition may lose half a float32 unit (2^-24 of the
+   running sum), and a tensor core's internal adder is not IEEE (it may truncate). Bound: the sum
+   of |products| times K·2^-23, the classic worst case of recursive summation with a truncating
+   adder -- loose, but never wrong, and a missing tile or a wrong lane is off by far more.
+
+`tf32_input_error` measures step 1 on its own: the same product with unrounded float32 inputs, what
+TF32 costs a float32 program (the chapter's "what TF32 rounds away").
+"""
+
+import numpy as np
+
+from workbook.tensor_cores import round_tf32
+
+UNIT = 2.0 ** -23  # one float32 unit at 1.0, truncating
+
+
+def operands(a, b, precision):
+    """a and b as the tensor core sees them, in float64: TF32-rounded, or FP16 as stored."""
+    if precision == "tf32":
+        return round_tf32(a).astype(np.float64), round_tf32(b).astype(np.float64)
+    return np.asarray(a, np.float64), np.asarray(b, np.float64)
+
+
+def gemm_reference(a, b, precision):
+    """a @ b in float64 on the inputs the tensor core multiplies; a (M, K), b (K, N)."""
+    a64, b64 = operands(a, b, precision)
+    return a64 @ b64
+
+
+def tolerance(a, b, precision):
+    """Per element: how far a correct kernel's float32 result may be from gemm_reference."""
+    a64, b64 = operands(a, b, precision)
+    magnitude = np.abs(a64) @ np.abs(b64)
+    return a.shape[1] * UNIT * magnitude + np.finfo(np.float32).tiny
+
+
+def tf32_input_error(a, b):
+    """max |TF32 product - float32-input product| / max |product|: what rounding the inputs costs."""
+    exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    return float(np.abs(gemm_reference(a, b, "tf32") - exact).max() / max(np.abs(exact).max(), 1e-30))

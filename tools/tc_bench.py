@@ -1,0 +1,60 @@
+"""Development bench for chapter 09 on a GPU: correctness at 4096^3 and TFLOP/s of each kernel beside
+cuBLAS (torch.matmul) and chapter 04's FP32 GEMM, interleaved, CUDA events. Prints; stores nothing.
+
+    python tools/tc_bench.py [size] [repeats]
+"""
+import sys
+
+import workbook  # noqa: I001
+
+import numpy as np
+
+from chapters.ch04_implicit_gemm import kernels as k4
+from chapters.ch09_tensor_cores import kernels as k
+from workbook import bench, cuda
+
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
+repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 15
+torch = bench.optional_torch()
+rng = np.random.default_rng(0)
+a32, b32 = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+da32, db32 = cuda.to_device(a32), cuda.to_device(b32)
+da16, db16 = cuda.to_device(a32.astype(np.float16)), cuda.to_device(b32.astype(np.float16))
+outs = {name: cuda.device_array((n, n), np.float32) for name in ("tf32", "f16", "tf32n", "f16n", "fp32")}
+ta32, tb32, ta16, tb16 = (torch.as_tensor(x, device="cuda") for x in (da32, db32, da16, db16))
+exact = (ta32.double() @ tb32.double())
+exact16 = (ta16.double() @ tb16.double())
+variants = {
+    "tf32 pipelined": lambda: k.gemm(da32, db32, outs["tf32"]),
+    "f16 pipelined": lambda: k.gemm(da16, db16, outs["f16"]),
+    "fp32 ch04": lambda: k4.gemm(da32, db32, outs["fp32"]),
+}
+if n <= 4096:
+    variants["tf32 naive"] = lambda: k.gemm(da32, db32, outs["tf32n"], variant="naive")
+    variants["f16 naive"] = lambda: k.gemm(da16, db16, outs["f16n"], variant="naive")
+if len(sys.argv) > 3:  # register caps to try: 3 blocks of 128 threads a SM need <= 168 registers
+    from chapters.ch09_tensor_cores import pipelined as P
+    for cap in map(int, sys.argv[3].split(",")):
+        f16 = cuda.jit(max_registers=cap)(P.gemm_f16_pipelined.py_func)
+        t32 = cuda.jit(max_registers=cap)(P.gemm_tf32_pipelined.py_func)
+        grid = P.grid_for(n, n)
+        variants[f"f16 cap {cap}"] = lambda f16=f16: f16[grid, P.THREADS](da16, db16, outs["f16"])
+        variants[f"tf32 cap {cap}"] = lambda t32=t32: t32[grid, P.THREADS](da32, db32, outs["tf32"])
+torch.backends.cuda.matmul.allow_tf32 = True
+variants["torch tf32"] = lambda: torch.matmul(ta32, tb32)
+variants["torch f16"] = lambda: torch.matmul(ta16, tb16)
+for f in variants.values():
+    f()
+cuda.synchronize()
+for name, ref in (("tf32", exact), ("tf32n", exact), ("f16", exact16), ("f16n", exact16), ("fp32", exact)):
+    if name.endswith("n") and n > 4096:
+        continue
+    got = torch.as_tensor(outs[name], device="cuda").double()
+    print(f"{name}: max |err| / max |ref| = {float((got - ref).abs().max() / ref.abs().max()):.3e}")
+t = bench.time_interleaved(variants, repeats=repeats)
+flops = 2 * n ** 3
+dev = cuda.get_current_device()
+print(f"{dev.name} n={n} repeats={repeats}")
+for name, ms in t.items():
+    print(f"{name:16s} median {np.median(ms):8.3f} ms  [{ms.min():.3f}-{ms.max():.3f}]  "
+          f"{flops / np.median(ms) / 1e9:7.1f} TFLOP/s")

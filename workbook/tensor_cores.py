@@ -1,0 +1,263 @@
+"""Tensor cores from numba.cuda: warp-wide matrix multiply-accumulate, ldmatrix and cp.async.
+
+numba has no tensor-core API, but it does not need one: like workbook/memory.py's wide loads, each
+function here is a numba `@intrinsic` whose body emits one PTX instruction (inline assembly through
+llvmlite). What a kernel gets:
+
+    mma_tf32(a, b, c) -> d     mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: D = A·B + C for a
+                               16x8 tile, K = 8. a: 4 values, b: 2 values (float32, or their bits as
+                               uint32), c and d: 4 float32. The whole warp computes one tile together.
+    mma_f16(a, b, c) -> d      mma.sync.aligned.m16n8k16...f32.f16.f16.f32: K = 16, a and b packed
+    mma_bf16(a, b, c) -> d     two halves per uint32 register (4 and 2 registers), FP32 accumulators
+    to_tf32(x) -> float32      cvt.rna.tf32.f32: x rounded to TF32 (10 mantissa bits, nearest, ties
+                               away from zero), kept in a float32; given a uint32 (a float32's bits,
+                               as ldmatrix hands them out), the rounded bits
+    pack_f16x2(lo, hi) -> uint32   two float16 in one register: lo in bits 0-15, as mma wants them
+    ldmatrix_x1/_x2/_x4(s, i) -> 1/2/4 uint32      ldmatrix.sync.aligned.m8n8.xN.shared.b16: the warp
+    ldmatrix_x1/_x2/_x4_trans(s, i)                reads 1, 2 or 4 8x8 matrices of 16-bit elements
+                               from shared memory; lane L gives the address of row L % 8 of matrix
+                               L // 8 (s[i], 16 bytes), and gets back, from each matrix, the two
+                               elements of row L // 4 at columns 2·(L % 4) and +1, packed in one
+                               uint32: exactly an mma fragment. `_trans` hands out the transposed
+                               matrix (a column pair instead of a row pair). A float32 array works
+                               too: a row is then 4 floats, and lane L gets column L % 4 of row
+                               L // 4 -- TF32's A fragment.
+    cp_async16(s, i, g, j, n)  cp.async.cg.shared.global: copy 16 bytes g[j..] -> s[i..] without
+                               passing through registers; only the first n bytes (0..16) are read and
+                               the rest of the 16 are zero-filled (a tile's ragged edge). It lands
+                               only once waited for:
+    cp_async_commit()          cp.async.commit_group: close the group of copies issued since the last
+    cp_async_wait(n)           cp.async.wait_group n: wait until at most n committed groups are still
+                               in flight (n a constant); cp_async_wait(0) waits for all of them
+
+Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k8 / m16n8k16"), with g = lane // 4 and
+t = lane % 4:
+
+    m16n8k8 TF32   A 16x8:  a0 (g, t)   a1 (g+8, t)   a2 (g, t+4)   a3 (g+8, t+4)
+                   B 8x8:   b0 (k=t, n=g)   b1 (k=t+4, n=g)
+    m16n8k16 F16   A 16x16: a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
+                   B 16x8:  b0 (k=2t..2t+1, n=g)   b1 (k=2t+8.., n=g)
+    both           C, D 16x8:  c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
+
+`fragment_coordinates(kind)` (host side) gives these tables as arrays.
+
+The rules are the hardware's. Every lane of the warp must execute each mma and ldmatrix (`.sync
+.aligned`): one inside a branch some lanes skip, or in a warp cut short by the block size, is
+undefined on a GPU. ldmatrix and cp.async need 16-byte-aligned rows. The instructions need compute
+capability 8.0 (TF32, BF16, m16n8k16, cp.async) or 7.5 (ldmatrix): `tensor_cores(cc)` says whether a
+GPU has them; the chapters' wrappers check it and say so instead of failing to load.
+
+In the simulator each is plain Python with the same effect: an mma or ldmatrix is a warp collective
+(simulator/collectives.py) that gathers every lane's fragment into the matrices, multiplies them in
+float64 and rounds to float32 (a GPU's accumulation order is not IEEE's, which the tolerances allow
+for), and hands each lane its part of the result; a lane that skips it, a partial warp, a misaligned
+or out-of-range row is an error that says so. mma_tf32 keeps only the top 19 bits of each A and B
+value it is given (the tensor core ignores the rest: round with to_tf32 first). A cp.async reads its
+source when issued and writes shared memory only at the cp_async_wait that covers it, so a missing
+wait reads the stale tile there as it may on a GPU.
+"""
+
+import numpy as np
+
+from . import MODE
+
+TF32_MASK = 0xFFFFE000  # the bits of a float32 that a TF32 keeps: sign, 8 exponent, 10 mantissa
+ROW_BYTES = 16  # one ldmatrix row, one cp.async
+
+
+def tensor_cores(compute_capability):
+    """Does a GPU of this compute capability have every instruction here (sm_80 and up)?"""
+    return tuple(compute_capability) >= (8, 0)
+
+
+def round_tf32(x):
+    """NumPy model of cvt.rna.tf32.f32 on a float32 array: round to 10 mantissa bits, ties away
+    from zero; NaN and Inf unchanged (host side, for references and tests)."""
+    x = np.asarray(x, np.float32)
+    bits = x.view(np.uint32)
+    rounded = ((bits.astype(np.uint64) + 0x1000) & TF32_MASK).astype(np.uint32)
+    return np.where(np.isfinite(x), rounded.view(np.float32), x)
+
+
+def truncate_tf32(x):
+    """What mma_tf32 makes of a float32 that was not rounded first: the low 13 bits dropped."""
+    x = np.asarray(x, np.float32)
+    return (x.view(np.uint32) & np.uint32(TF32_MASK)).view(np.float32)
+
+
+def fragment_coordinates(kind):
+    """{"a": [(row, col) per register] per lane, "b": ..., "c": ...} for "tf32" (m16n8k8) or "f16"
+    (m16n8k16; a register of A or B holds the element at (row, col) and the next column (A) or row
+    (B) of the pair). Arrays of shape (32, registers, 2)."""
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    if kind == "tf32":
+        a = [(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]
+        b = [(t, g), (t + 4, g)]
+    elif kind in ("f16", "bf16"):
+        a = [(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)]
+        b = [(2 * t, g), (2 * t + 8, g)]
+    else:
+        raise ValueError(f"fragment_coordinates: kind must be 'tf32', 'f16' or 'bf16', not {kind!r}")
+    c = [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]
+    return {name: np.stack([np.stack(pair, axis=-1) for pair in regs], axis=1) for name, regs in
+            (("a", a), ("b", b), ("c", c))}
+
+
+MMA_SHAPES = {"tf32": (16, 8, 8), "f16": (16, 8, 16), "bf16": (16, 8, 16)}  # (M, N, K)
+
+if MODE != "sim":  # a GPU, or the compile worker: the real instructions
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    _i32, _f32 = ir.IntType(32), ir.FloatType()
+
+    def _bits(context, builder, value, numba_type):
+        """A 32-bit register's worth: a float's float32 bits, an integer converted to uint32."""
+        if isinstance(numba_type, types.Float):
+            return builder.bitcast(context.cast(builder, value, numba_type, types.float32), _i32)
+        return context.cast(builder, value, numba_type, types.uint32)
+
+    def _tuple_of(value, n, kinds):
+        return isinstance(value, types.BaseTuple) and len(value) == n and all(isinstance(v, kinds) for v in value)
+
+    def _make_mma(instruction, a_kinds):
+        def mma(typingctx, a, b, c):
+            if not (_tuple_of(a, 4, a_kinds) and _tuple_of(b, 2, a_kinds) and _tuple_of(c, 4, types.Number)):
+                return None
+            result = types.UniTuple(types.float32, 4)
+
+            def codegen(context, builder, signature, args):
+                a_type, b_type, c_type = signature.args
+                operands = [_bits(context, builder, builder.extract_value(args[0], k), a_type[k]) for k in range(4)]
+                operands += [_bits(context, builder, builder.extract_value(args[1], k), b_type[k]) for k in range(2)]
+                operands += [context.cast(builder, builder.extract_value(args[2], k), c_type[k], types.float32)
+                             for k in range(4)]
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_f32] * 4), [_i32] * 6 + [_f32] * 4),
+                                   f"{instruction} {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};",
+                                   "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3")  # C tied to D: accumulate in place
+                out = builder.call(asm, operands)
+                return context.make_tuple(builder, result, [builder.extract_value(out, k) for k in range(4)])
+
+            return result(a, b, c), codegen
+
+        return mma
+
+    mma_tf32 = intrinsic(_make_mma("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+                                   (types.Float, types.Integer)))
+    mma_f16 = intrinsic(_make_mma("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", types.Integer))
+    mma_bf16 = intrinsic(_make_mma("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", types.Integer))
+
+    @intrinsic
+    def to_tf32(typingctx, x):
+        if not isinstance(x, (types.Float, types.Integer)):
+            return None
+        bits = isinstance(x, types.Integer)  # a float32's bits (from ldmatrix): rounded bits back
+
+        def codegen(context, builder, signature, args):
+            if bits:
+                value = builder.bitcast(context.cast(builder, args[0], signature.args[0], types.uint32), _f32)
+            else:
+                value = context.cast(builder, args[0], signature.args[0], types.float32)
+            cvt = ir.InlineAsm(ir.FunctionType(_i32, [_f32]), "cvt.rna.tf32.f32 $0, $1;", "=r,f")
+            rounded = builder.call(cvt, [value])
+            return rounded if bits else builder.bitcast(rounded, _f32)
+
+        return (types.uint32 if bits else types.float32)(x), codegen
+
+    @intrinsic
+    def pack_f16x2(typingctx, lo, hi):
+        if not (isinstance(lo, types.Number) and isinstance(hi, types.Number)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            halves = [builder.zext(builder.bitcast(context.cast(builder, v, t, types.float16), ir.IntType(16)), _i32)
+                      for v, t in zip(args, signature.args)]
+            return builder.or_(halves[0], builder.shl(halves[1], ir.Constant(_i32, 16)))
+
+        return types.uint32(lo, hi), codegen
+
+    def _address(context, builder, array_type, array, index, index_type, space):
+        """&a[index] in state space `space` (1 global, 3 shared) as an integer: 32 bits for shared."""
+        element = context.get_data_type(array_type.dtype)
+        data = context.make_array(array_type)(context, builder, array).data
+        index = context.cast(builder, index, index_type, types.intp)
+        pointer = builder.addrspacecast(builder.gep(data, [index]), ir.PointerType(element, space))
+        address = builder.ptrtoint(pointer, ir.IntType(64))
+        return builder.trunc(address, _i32) if space == 3 else address
+
+    def _array_ok(array, index):
+        return (isinstance(array, types.Array) and array.layout == "C" and isinstance(index, types.Integer)
+                and array.dtype.bitwidth in (16, 32))
+
+    def _make_ldmatrix(count, trans):
+        def ldmatrix(typingctx, array, index):
+            if not _array_ok(array, index):
+                return None
+            result = types.UniTuple(types.uint32, count)
+            outputs = ",".join(f"${k}" for k in range(count))
+
+            def codegen(context, builder, signature, args):
+                address = _address(context, builder, signature.args[0], args[0], args[1], signature.args[1], 3)
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_i32] * count) if count > 1 else _i32, [_i32]),
+                                   f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 "
+                                   f"{{{outputs}}}, [${count}];",
+                                   ",".join(["=r"] * count + ["r"]), side_effect=True)
+                out = builder.call(asm, [address])
+                values = [builder.extract_value(out, k) for k in range(count)] if count > 1 else [out]
+                return context.make_tuple(builder, result, values)
+
+            return result(array, index), codegen
+
+        return ldmatrix
+
+    ldmatrix_x1, ldmatrix_x2, ldmatrix_x4 = (intrinsic(_make_ldmatrix(n, False)) for n in (1, 2, 4))
+    ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans = (intrinsic(_make_ldmatrix(n, True)) for n in (1, 2, 4))
+
+    @intrinsic
+    def cp_async16(typingctx, shared, shared_index, source, source_index, source_bytes):
+        if not (_array_ok(shared, shared_index) and _array_ok(source, source_index)
+                and isinstance(source_bytes, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            s_type, si_type, g_type, gi_type, n_type = signature.args
+            destination = _address(context, builder, s_type, args[0], args[1], si_type, 3)
+            origin = _address(context, builder, g_type, args[2], args[3], gi_type, 1)
+            count = context.cast(builder, args[4], n_type, types.uint32)
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_i32, ir.IntType(64), _i32]),
+                               "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}", side_effect=True)
+            builder.call(asm, [destination, origin, count])
+            return context.get_dummy_value()
+
+        return types.none(shared, shared_index, source, source_index, source_bytes), codegen
+
+    @intrinsic
+    def cp_async_commit(typingctx):
+        def codegen(context, builder, signature, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}",
+                               side_effect=True)
+            builder.call(asm, [])
+            return context.get_dummy_value()
+
+        return types.none(), codegen
+
+    @intrinsic
+    def cp_async_wait(typingctx, n):
+        if not isinstance(n, types.IntegerLiteral):  # PTX takes the count as an immediate
+            return None
+        groups = n.literal_value
+
+        def codegen(context, builder, signature, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), f"cp.async.wait_group {groups};", "~{memory}",
+                               side_effect=True)
+            builder.call(asm, [])
+            return context.get_dummy_value()
+
+        return types.none(n), codegen
+
+else:  # the simulator
+    from .simulator.tensor_ops import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x1,  # noqa: F401
+                                       ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4,
+                                       ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_f16x2, to_tf32)
