@@ -7,7 +7,8 @@ modules, in reading order:
                     float32 accumulation
     naive.py        one warp per 16x8 tile, fragments straight from global memory (any shape)
     pipelined.py    128x128 block tiles, a 3-stage cp.async pipeline, ldmatrix from swizzled shared
-                    memory, 64x64 per warp (K and N multiples of 16 bytes)
+                    memory, 64x64 per warp (K and N multiples of 16 bytes); TF32 multiplies
+                    A by B^T, made (and rounded) by a transpose kernel first
 
 gemm() picks the kernel for the precision and the variant, checks the arguments and launches it.
 The instructions themselves are workbook/tensor_cores.py's.
@@ -74,5 +75,23 @@ def gemm(a, b, c, *, variant="pipelined", stream=0):
         if not aligned(array, 16):
             raise ValueError(f"{name}'s first element is not 16-byte aligned (a view at an odd offset?): cp.async "
                              "needs it; copy it to a fresh array")
+    if precision == "tf32":  # B^T, rounded: its fragments come by ldmatrix as A's do (pipelined.py)
+        bt = _scratch((N, K))
+        T = pipelined.TRANSPOSE
+        pipelined.transpose_to_tf32[((N + T - 1) // T, (K + T - 1) // T), (T, 8), stream](b, bt)
+        b = bt
     kernel[pipelined.grid_for(M, N), pipelined.THREADS, stream](a, b, c)
     return c
+
+
+_scratch_buffers = {}
+
+
+def _scratch(shape):
+    """A float32 device buffer for B^T, kept per shape: an allocation per call would cost the host
+    more than a small GEMM (chapter 07)."""
+    if shape not in _scratch_buffers:
+        from numba import cuda
+
+        _scratch_buffers[shape] = cuda.device_array(shape, np.float32)
+    return _scratch_buffers[shape]

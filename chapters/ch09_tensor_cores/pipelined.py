@@ -30,24 +30,24 @@ Shapes: any M; K and N multiples of 8 (FP16) or 4 (TF32), so that every row of A
 zero-filled by cp.async (source bytes 0..16).
 """
 
-from numba import cuda, float32, uint32
 import numpy as np
+from numba import cuda, float32, uint32
 
 from workbook.tensor_cores import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans,
-                                   mma_f16, mma_tf32)
+                                   mma_f16, mma_tf32, to_tf32)
 
 BM, BN = 128, 128  # the block's tile of C
 WM, WN = 64, 64  # each warp's tile of C
 WARPS = (BM // WM) * (BN // WN)
 THREADS = 32 * WARPS
 MI, NI = WM // 16, WN // 8  # mma tiles per warp: 4 x 8, 32 accumulators of 4 floats each
-STAGES = 3  # tiles in flight: 3 x (A + B) = 48 KB of shared memory, numba's static limit
-WAIT_FOR = STAGES - 2  # groups still in flight after a wait: the two tiles behind the one used
+STAGES = 3  # steps in flight: 3 x (A + B) = 48 KB of shared memory, numba's static limit
+WAIT_FOR = STAGES - 2  # copy groups still in flight after a wait: the later steps already issued
 BK_F16, BK_TF32 = 32, 16  # depth of a step: 64 bytes of a row of A either way
 CHUNK_F16, CHUNK_TF32 = 8, 4  # elements per 16-byte chunk
 # numba sizes shared and local arrays from constants only
 A_STAGES_F16, B_STAGES_F16 = STAGES * BM * BK_F16, STAGES * BK_F16 * BN
-A_STAGES_TF32, B_STAGES_TF32 = STAGES * BM * BK_TF32, STAGES * BK_TF32 * BN
+A_STAGES_TF32, B_STAGES_TF32 = STAGES * BM * BK_TF32, STAGES * BN * BK_TF32
 ACCUMULATORS, A_REGISTERS, B_REGISTERS = MI * NI * 4, MI * 4, NI * 2
 # TF32 rounding as CUTLASS does it: add half a TF32 unit to the float32's bits, and let the tensor
 # core drop the 13 bits below TF32's last place. The same as cvt.rna (to_tf32) for every finite
@@ -56,32 +56,79 @@ HALF_TF32_UNIT = uint32(0x1000)
 
 
 @cuda.jit(device=True)
-def issue(a, b, a_s, b_s, step, tid, row0, col0, BK, CHUNK):
-    """cp.async of step `step`'s A tile (BM rows x 4 chunks: 64 bytes a row) and B tile (BK rows x
-    BN / CHUNK chunks) into stage step % STAGES, zero-filled past the edges. 512 chunks each, 4 per
-    thread: thread tid copies chunk tid % 4 of A rows tid / 4 + 32i, and chunk tid % B_ROW of B
-    rows tid / B_ROW + (THREADS / B_ROW)i. Those steps of rows do not change a row's swizzle (bits
-    1-2 of the row for A, bits 0-2 or 0-1 for B), so each thread's four chunks are one stride apart."""
+def plan_copies(a, b, tid, row0, col0, BK, CHUNK):
+    """This thread's share of every step's copies, worked out once: 512 16-byte chunks of A (BM rows
+    x 4 chunks: 64 bytes a row) and 512 of B (BK rows x BN / CHUNK chunks) a step, 4 + 4 a thread.
+    Thread tid copies chunk tid % 4 of A rows tid / 4 + 32i, and chunk tid % B_ROW of B rows
+    tid / B_ROW + B_ROWS·i. Those steps of rows leave a row's swizzle as it is (bits 1-2 of the row
+    for A, bits 0-2 or 0-1 for B), so the four chunks are one stride apart, in global and in shared
+    memory. Returns where the first chunks come from and go to, and what the edge tests need."""
     M, K = a.shape
     N = b.shape[1]
     B_ROW = BN // CHUNK  # chunks in a row of the B tile: 16 (FP16) or 32 (TF32)
-    B_ROWS = THREADS // B_ROW  # B rows one pass of the block covers
-    stage, k0 = step % STAGES, step * BK
     r, ch = tid // 4, tid % 4
-    col = k0 + ch * CHUNK
-    a_to = stage * BM * BK + (r * 4 + (ch ^ ((r >> 1) & 3))) * CHUNK
-    for i in range(4):
-        row = row0 + r + 32 * i
-        ok = row < M and col < K  # K is a multiple of CHUNK: a chunk is all in or all out
-        cp_async16(a_s, a_to + 32 * i * BK, a, row * K + col if ok else 0, 16 if ok else 0)
+    a_from = (row0 + r) * K + ch * CHUNK
+    a_to = (r * 4 + (ch ^ ((r >> 1) & 3))) * CHUNK
     rb, cb = tid // B_ROW, tid % B_ROW
-    col = col0 + cb * CHUNK
     swizzle = (rb & 7) if CHUNK == 8 else ((rb & 3) << 1)  # TF32's B is read a float at a time
-    b_to = stage * BK * BN + (rb * B_ROW + (cb ^ swizzle)) * CHUNK
+    b_from = rb * N + col0 + cb * CHUNK
+    b_to = (rb * B_ROW + (cb ^ swizzle)) * CHUNK
+    return a_from, a_to, M - row0 - r, ch * CHUNK, b_from, b_to, rb, col0 + cb * CHUNK < N
+
+
+@cuda.jit(device=True)
+def issue(a, b, a_s, b_s, plan, stage, k0, BK, CHUNK):
+    """cp.async of the A and B tiles at depth k0 into `stage`; chunks past an edge read nothing and
+    are zero-filled (source bytes 0: their address is never used). K and N are multiples of CHUNK,
+    so a chunk is all in or all out."""
+    a_from, a_to, a_rows, a_col, b_from, b_to, b_row, b_in = plan
+    K = a.shape[1]
+    N = b.shape[1]
+    B_ROWS = THREADS // (BN // CHUNK)  # B rows one pass of the block covers
+    a_in = k0 + a_col < K
     for i in range(4):
-        row = k0 + rb + B_ROWS * i
-        ok = row < K and col < N
-        cp_async16(b_s, b_to + B_ROWS * i * BN, b, row * N + col if ok else 0, 16 if ok else 0)
+        ok = a_in and 32 * i < a_rows
+        cp_async16(a_s, stage * BM * BK + a_to + 32 * i * BK, a, a_from + 32 * i * K + k0, 16 if ok else 0)
+    for i in range(4):
+        ok = b_in and k0 + b_row + B_ROWS * i < K
+        cp_async16(b_s, stage * BK * BN + b_to + B_ROWS * i * BN, b, b_from + (k0 + B_ROWS * i) * N,
+                   16 if ok else 0)
+
+
+@cuda.jit(device=True)
+def next_stage(stage):
+    return stage + 1 if stage < STAGES - 1 else 0  # not step % STAGES: a 64-bit division by 3
+
+
+@cuda.jit(device=True)
+def f16_fragments(a_s, b_s, stage, kk, lane, wm, wn, frag_a, frag_b):
+    """The warp's A fragments (4 x 16 rows) and B fragments (8 x 8 columns) of k16 slice kk of a
+    stage. A: row wm + 16i + lane % 16, chunk 2kk + lane / 16, swizzled by the row's bits 1-2 (16i
+    leaves them). B (x4.trans, two n8 tiles a load): row 16kk + lane % 16, chunk wn / 8 + j + lane / 16,
+    swizzled by the row's bits 0-2."""
+    high = lane // 16
+    a_at = stage * BM * BK_F16 + (wm + lane % 16) * BK_F16 + ((2 * kk + high) ^ (((lane % 16) >> 1) & 3)) * CHUNK_F16
+    for i in range(MI):
+        regs = ldmatrix_x4(a_s, a_at + 16 * i * BK_F16)
+        for q in range(4):
+            frag_a[4 * i + q] = regs[q]
+    b_at = stage * BK_F16 * BN + (16 * kk + lane % 16) * BN + wn
+    for j in range(0, NI, 2):
+        regs = ldmatrix_x4_trans(b_s, b_at + ((j + high) ^ (lane & 7)) * CHUNK_F16)
+        for q in range(4):
+            frag_b[2 * j + q] = regs[q]
+
+
+@cuda.jit(device=True)
+def f16_multiply(frag_a, frag_b, acc):
+    """The warp's 4 x 8 mma tiles: acc += A fragments x B fragments."""
+    for i in range(MI):
+        for j in range(NI):
+            base = (i * NI + j) * 4
+            d = mma_f16((frag_a[4 * i], frag_a[4 * i + 1], frag_a[4 * i + 2], frag_a[4 * i + 3]),
+                        (frag_b[2 * j], frag_b[2 * j + 1]), (acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
+            for q in range(4):
+                acc[base + q] = d[q]
 
 
 @cuda.jit
@@ -91,8 +138,10 @@ def gemm_f16_pipelined(a, b, c):
     a_s = cuda.shared.array(A_STAGES_F16, np.float16)
     b_s = cuda.shared.array(B_STAGES_F16, np.float16)
     acc = cuda.local.array(ACCUMULATORS, float32)
-    frag_a = cuda.local.array(A_REGISTERS, uint32)
-    frag_b = cuda.local.array(B_REGISTERS, uint32)
+    # two sets of fragments: both halves of a step are loaded before the first is multiplied, so
+    # that the second half's ldmatrix latency hides behind the first half's mma
+    a0, a1 = cuda.local.array(A_REGISTERS, uint32), cuda.local.array(A_REGISTERS, uint32)
+    b0, b1 = cuda.local.array(B_REGISTERS, uint32), cuda.local.array(B_REGISTERS, uint32)
     for i in range(ACCUMULATORS):
         acc[i] = 0
     tid = cuda.threadIdx.x
@@ -100,98 +149,138 @@ def gemm_f16_pipelined(a, b, c):
     wm, wn = warp // (BN // WN) * WM, warp % (BN // WN) * WN
     row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
     steps = (K + BK_F16 - 1) // BK_F16
-    # Where this lane's ldmatrix rows start, less what changes with the stage, kk, i and j. A: row
-    # wm + 16i + lane % 16, chunk 2kk + lane / 16, swizzled by bits 1-2 of the row (16i keeps them).
-    # B: row 16kk + lane % 16, chunk wn / 8 + j + lane / 16, swizzled by the row's bits 0-2.
-    high = lane // 16
-    a_lane, a_swizzle = (wm + lane % 16) * BK_F16, ((lane % 16) >> 1) & 3
-    b_lane = (lane % 16) * BN + wn
 
+    plan = plan_copies(a, b, tid, row0, col0, BK_F16, CHUNK_F16)
     for s in range(STAGES - 1):  # the prologue: the first steps' copies in flight
         if s < steps:
-            issue(a, b, a_s, b_s, s, tid, row0, col0, BK_F16, CHUNK_F16)
+            issue(a, b, a_s, b_s, plan, s, s * BK_F16, BK_F16, CHUNK_F16)
         cp_async_commit()  # a group per step, empty or not, so that the count below stays right
+    read, write = 0, STAGES - 1  # the stage this step reads, the stage it refills
     for step in range(steps):
         cp_async_wait(WAIT_FOR)  # this thread's copies of `step` have landed ...
         cuda.syncthreads()  # ... and everyone's; and everyone is done with step - 1's stage
         if step + STAGES - 1 < steps:  # refill step - 1's stage with a later step
-            issue(a, b, a_s, b_s, step + STAGES - 1, tid, row0, col0, BK_F16, CHUNK_F16)
+            issue(a, b, a_s, b_s, plan, write, (step + STAGES - 1) * BK_F16, BK_F16, CHUNK_F16)
         cp_async_commit()
-        stage = step % STAGES
-        for kk in range(BK_F16 // 16):
-            a_at = stage * BM * BK_F16 + a_lane + (((2 * kk + high) ^ a_swizzle) * CHUNK_F16)
-            for i in range(MI):  # A: rows wm + 16i + (lane % 16), chunk 2kk + lane / 16
-                regs = ldmatrix_x4(a_s, a_at + 16 * i * BK_F16)
-                for q in range(4):
-                    frag_a[4 * i + q] = regs[q]
-            b_at = stage * BK_F16 * BN + b_lane + 16 * kk * BN
-            for j in range(0, NI, 2):  # B, two n8 tiles at a time: k rows 16kk + (lane % 16)
-                regs = ldmatrix_x4_trans(b_s, b_at + ((j + high) ^ (lane & 7)) * CHUNK_F16)
-                for q in range(4):
-                    frag_b[2 * j + q] = regs[q]
-            for i in range(MI):
-                for j in range(NI):
-                    base = (i * NI + j) * 4
-                    d = mma_f16((frag_a[4 * i], frag_a[4 * i + 1], frag_a[4 * i + 2], frag_a[4 * i + 3]),
-                                (frag_b[2 * j], frag_b[2 * j + 1]),
-                                (acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
-                    for q in range(4):
-                        acc[base + q] = d[q]
+        f16_fragments(a_s, b_s, read, 0, lane, wm, wn, a0, b0)  # BK_F16 = 32: two k16 halves
+        f16_fragments(a_s, b_s, read, 1, lane, wm, wn, a1, b1)
+        f16_multiply(a0, b0, acc)
+        f16_multiply(a1, b1, acc)
+        read, write = next_stage(read), next_stage(write)
     store_warp_tile(c, acc, row0 + wm, col0 + wn, lane)
 
 
+@cuda.jit(device=True)
+def tf32_fragments(a_s, bt_s, stage, kk, lane, wm, wn, frag_a, frag_b):
+    """k8 slice kk of a stage. On 32-bit data ldmatrix's "pair" is one float, and a 16-byte row is 4
+    of them: lane L gets column L % 4 of row L / 4, which is TF32's A fragment (rows of A) and its
+    B fragment (rows of B^T: b0 = B[k = t, n = g] = B^T[g, t]). Both tiles are 64-byte rows of
+    K-slices, with A's swizzle. A's values are rounded here; B^T was rounded when it was made."""
+    high, swizzle = lane // 16, ((lane % 16) >> 1) & 3
+    a_at = stage * BM * BK_TF32 + (wm + lane % 16) * BK_TF32 + ((2 * kk + high) ^ swizzle) * CHUNK_TF32
+    for i in range(MI):  # matrices: rows 0-7 | 8-15 of the m16 tile, at chunks 2kk | 2kk + 1
+        regs = ldmatrix_x4(a_s, a_at + 16 * i * BK_TF32)
+        for q in range(4):
+            frag_a[4 * i + q] = regs[q] + HALF_TF32_UNIT
+    # matrices: n rows 0-7 of tile j at chunks 2kk | 2kk + 1, then tile j + 1's: (b0, b1) of j, of j + 1
+    n = wn + 8 * high + lane % 8
+    b_at = stage * BN * BK_TF32 + n * BK_TF32 + ((2 * kk + (lane // 8) % 2) ^ (((lane % 8) >> 1) & 3)) * CHUNK_TF32
+    for j in range(0, NI, 2):
+        regs = ldmatrix_x4(bt_s, b_at + 8 * j * BK_TF32)
+        for q in range(4):
+            frag_b[2 * j + q] = regs[q]
+
+
+@cuda.jit(device=True)
+def tf32_multiply(frag_a, frag_b, acc):
+    for i in range(MI):
+        for j in range(NI):
+            base = (i * NI + j) * 4
+            d = mma_tf32((frag_a[4 * i], frag_a[4 * i + 1], frag_a[4 * i + 2], frag_a[4 * i + 3]),
+                         (frag_b[2 * j], frag_b[2 * j + 1]), (acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
+            for q in range(4):
+                acc[base + q] = d[q]
+
+
 @cuda.jit
-def gemm_tf32_pipelined(a, b, c):
-    """c = a @ b; a (M, K), b (K, N), c (M, N) float32 (TF32 multiplies); K and N multiples of 4."""
+def gemm_tf32_pipelined(a, bt, c):
+    """c = a @ bt.T; a (M, K), bt (N, K) float32, B transposed and already rounded to TF32
+    (transpose_to_tf32), c (M, N); K a multiple of 4."""
     K = a.shape[1]
     a_s = cuda.shared.array(A_STAGES_TF32, uint32)  # float32 bits
-    b_s = cuda.shared.array(B_STAGES_TF32, uint32)
+    bt_s = cuda.shared.array(B_STAGES_TF32, uint32)
     acc = cuda.local.array(ACCUMULATORS, float32)
-    frag_a = cuda.local.array(A_REGISTERS, uint32)
-    frag_b = cuda.local.array(B_REGISTERS, uint32)
+    a0, a1 = cuda.local.array(A_REGISTERS, uint32), cuda.local.array(A_REGISTERS, uint32)
+    b0, b1 = cuda.local.array(B_REGISTERS, uint32), cuda.local.array(B_REGISTERS, uint32)
     for i in range(ACCUMULATORS):
         acc[i] = 0
     tid = cuda.threadIdx.x
     warp, lane = tid // 32, tid % 32
-    g, t = lane // 4, lane % 4
     wm, wn = warp // (BN // WN) * WM, warp % (BN // WN) * WN
     row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
     steps = (K + BK_TF32 - 1) // BK_TF32
-    high = lane // 16
-    a_lane, a_swizzle = (wm + lane % 16) * BK_TF32, ((lane % 16) >> 1) & 3  # as in the FP16 kernel
 
+    plan_a = plan_rows(a, tid, row0)  # both operands are rows of K: one plan each
+    plan_b = plan_rows(bt, tid, col0)
     for s in range(STAGES - 1):
         if s < steps:
-            issue(a, b, a_s, b_s, s, tid, row0, col0, BK_TF32, CHUNK_TF32)
+            issue_rows(a, a_s, plan_a, s, s * BK_TF32)
+            issue_rows(bt, bt_s, plan_b, s, s * BK_TF32)
         cp_async_commit()
+    read, write = 0, STAGES - 1
     for step in range(steps):
         cp_async_wait(WAIT_FOR)
         cuda.syncthreads()
         if step + STAGES - 1 < steps:
-            issue(a, b, a_s, b_s, step + STAGES - 1, tid, row0, col0, BK_TF32, CHUNK_TF32)
+            issue_rows(a, a_s, plan_a, write, (step + STAGES - 1) * BK_TF32)
+            issue_rows(bt, bt_s, plan_b, write, (step + STAGES - 1) * BK_TF32)
         cp_async_commit()
-        stage = step % STAGES
-        for kk in range(BK_TF32 // 8):
-            a_at = stage * BM * BK_TF32 + a_lane + (((2 * kk + high) ^ a_swizzle) * CHUNK_TF32)
-            for i in range(MI):  # on 32-bit data, ldmatrix's "pair" is one float: TF32's A layout
-                regs = ldmatrix_x4(a_s, a_at + 16 * i * BK_TF32)
-                for q in range(4):
-                    frag_a[4 * i + q] = regs[q] + HALF_TF32_UNIT
-            b_at = stage * BK_TF32 * BN + (8 * kk + t) * BN
-            for j in range(NI):  # b0 = B[k = 8kk + t, n = wn + 8j + g], b1 = B[k + 4, n]; k's bits 0-1 are t's
-                n = wn + 8 * j + g
-                at = b_at + (((n >> 2) ^ (t << 1)) << 2) + (n & 3)
-                frag_b[2 * j] = b_s[at] + HALF_TF32_UNIT
-                frag_b[2 * j + 1] = b_s[at + 4 * BN] + HALF_TF32_UNIT
-            for i in range(MI):
-                for j in range(NI):
-                    base = (i * NI + j) * 4
-                    d = mma_tf32((frag_a[4 * i], frag_a[4 * i + 1], frag_a[4 * i + 2], frag_a[4 * i + 3]),
-                                 (frag_b[2 * j], frag_b[2 * j + 1]),
-                                 (acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
-                    for q in range(4):
-                        acc[base + q] = d[q]
+        tf32_fragments(a_s, bt_s, read, 0, lane, wm, wn, a0, b0)  # BK_TF32 = 16: two k8 halves
+        tf32_fragments(a_s, bt_s, read, 1, lane, wm, wn, a1, b1)
+        tf32_multiply(a0, b0, acc)
+        tf32_multiply(a1, b1, acc)
+        read, write = next_stage(read), next_stage(write)
     store_warp_tile(c, acc, row0 + wm, col0 + wn, lane)
+
+
+@cuda.jit(device=True)
+def plan_rows(x, tid, first_row):
+    """For a 128-row tile of 64-byte rows (16 floats) of x, rows first_row.. : this thread copies
+    chunk tid % 4 of rows tid / 4 + 32i; where the first comes from and goes to, and rows left."""
+    r, ch = tid // 4, tid % 4
+    return ((first_row + r) * x.shape[1] + ch * CHUNK_TF32, (r * 4 + (ch ^ ((r >> 1) & 3))) * CHUNK_TF32,
+            x.shape[0] - first_row - r, ch * CHUNK_TF32)
+
+
+@cuda.jit(device=True)
+def issue_rows(x, x_s, plan, stage, k0):
+    source, to, rows_left, col = plan
+    K = x.shape[1]
+    inside = k0 + col < K
+    for i in range(4):
+        ok = inside and 32 * i < rows_left
+        cp_async16(x_s, stage * BM * BK_TF32 + to + 32 * i * BK_TF32, x, source + 32 * i * K + k0, 16 if ok else 0)
+
+
+TRANSPOSE = 32  # a 32 x 32 tile a block of 32 x 8 threads
+TRANSPOSE_TILE = (TRANSPOSE, TRANSPOSE + 1)  # a constant, as numba sizes shared arrays
+
+
+@cuda.jit
+def transpose_to_tf32(b, bt):
+    """bt = b.T rounded to TF32 (cvt.rna); b (K, N), bt (N, K). Through a 32 x 33 shared tile, so that
+    both the reads and the writes are whole rows (coalesced) and the tile's columns fall on 32 banks."""
+    tile = cuda.shared.array(TRANSPOSE_TILE, float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    x, y = cuda.blockIdx.x * TRANSPOSE + tx, cuda.blockIdx.y * TRANSPOSE + ty
+    for r in range(0, TRANSPOSE, 8):
+        if y + r < b.shape[0] and x < b.shape[1]:
+            tile[ty + r, tx] = to_tf32(b[y + r, x])
+    cuda.syncthreads()
+    x, y = cuda.blockIdx.y * TRANSPOSE + tx, cuda.blockIdx.x * TRANSPOSE + ty
+    for r in range(0, TRANSPOSE, 8):
+        if y + r < bt.shape[0] and x < bt.shape[1]:
+            bt[y + r, x] = tile[tx, ty + r]
 
 
 @cuda.jit(device=True)
