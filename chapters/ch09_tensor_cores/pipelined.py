@@ -41,6 +41,8 @@ WM, WN = 64, 64  # each warp's tile of C
 WARPS = (BM // WM) * (BN // WN)
 THREADS = 32 * WARPS
 MI, NI = WM // 16, WN // 8  # mma tiles per warp: 4 x 8, 32 accumulators of 4 floats each
+CHUNKS = 512 // THREADS  # 16-byte chunks of a 512-chunk tile per thread
+A_ROWS_APART = THREADS // 4  # rows between one thread's chunks of a 4-chunk-wide tile
 STAGES = 3  # steps in flight: 3 x (A + B) = 48 KB of shared memory, numba's static limit
 WAIT_FOR = STAGES - 2  # copy groups still in flight after a wait: the later steps already issued
 BK_F16, BK_TF32 = 32, 16  # depth of a step: 64 bytes of a row of A either way
@@ -86,10 +88,11 @@ def issue(a, b, a_s, b_s, plan, stage, k0, BK, CHUNK):
     N = b.shape[1]
     B_ROWS = THREADS // (BN // CHUNK)  # B rows one pass of the block covers
     a_in = k0 + a_col < K
-    for i in range(4):
-        ok = a_in and 32 * i < a_rows
-        cp_async16(a_s, stage * BM * BK + a_to + 32 * i * BK, a, a_from + 32 * i * K + k0, 16 if ok else 0)
-    for i in range(4):
+    for i in range(CHUNKS):
+        ok = a_in and A_ROWS_APART * i < a_rows
+        cp_async16(a_s, stage * BM * BK + a_to + A_ROWS_APART * i * BK, a, a_from + A_ROWS_APART * i * K + k0,
+                   16 if ok else 0)
+    for i in range(CHUNKS):
         ok = b_in and k0 + b_row + B_ROWS * i < K
         cp_async16(b_s, stage * BK * BN + b_to + B_ROWS * i * BN, b, b_from + (k0 + B_ROWS * i) * N,
                    16 if ok else 0)
@@ -112,9 +115,9 @@ def f16_fragments(a_s, b_s, stage, kk, lane, wm, wn, frag_a, frag_b):
         regs = ldmatrix_x4(a_s, a_at + 16 * i * BK_F16)
         for q in range(4):
             frag_a[4 * i + q] = regs[q]
-    b_at = stage * BK_F16 * BN + (16 * kk + lane % 16) * BN + wn
+    b_at = stage * BK_F16 * BN + (16 * kk + lane % 16) * BN
     for j in range(0, NI, 2):
-        regs = ldmatrix_x4_trans(b_s, b_at + ((j + high) ^ (lane & 7)) * CHUNK_F16)
+        regs = ldmatrix_x4_trans(b_s, b_at + ((wn // 8 + j + high) ^ (lane & 7)) * CHUNK_F16)
         for q in range(4):
             frag_b[2 * j + q] = regs[q]
 
@@ -257,9 +260,10 @@ def issue_rows(x, x_s, plan, stage, k0):
     source, to, rows_left, col = plan
     K = x.shape[1]
     inside = k0 + col < K
-    for i in range(4):
-        ok = inside and 32 * i < rows_left
-        cp_async16(x_s, stage * BM * BK_TF32 + to + 32 * i * BK_TF32, x, source + 32 * i * K + k0, 16 if ok else 0)
+    for i in range(CHUNKS):
+        ok = inside and A_ROWS_APART * i < rows_left
+        cp_async16(x_s, stage * BM * BK_TF32 + to + A_ROWS_APART * i * BK_TF32, x, source + A_ROWS_APART * i * K + k0,
+                   16 if ok else 0)
 
 
 TRANSPOSE = 32  # a 32 x 32 tile a block of 32 x 8 threads
