@@ -127,3 +127,18 @@ def test_ptx_targets_the_requested_capability():
     assert ".target sm_90" in workbook.show_ptx(k.relu_mask_ballot_kernel, x, x, np.zeros(2, np.uint32), grep="x^")
     t4 = workbook.show_ptx(k.relu_mask_ballot_kernel, x, x, np.zeros(2, np.uint32), grep="x^", cc=(7, 5))
     assert ".target sm_75" in t4  # a T4, the GPU of free hosted notebooks
+
+
+@needs_compiler
+def test_pipelined_gemms_feed_the_tensor_cores_with_ldmatrix_and_cp_async():
+    from chapters.ch09_tensor_cores import pipelined as p
+
+    a16, c = np.zeros((128, 64), np.float16), np.zeros((128, 128), np.float32)
+    f16 = workbook.show_ptx(p.gemm_f16_pipelined, a16, np.zeros((64, 128), np.float16), c, grep=r"mma|ldmatrix|cp\.async")
+    assert f16.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 2 * 32  # two k16 halves x 4 x 8 tiles
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in f16 and "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in f16
+    assert "cp.async.cg.shared.global" in f16 and "cp.async.wait_group 1" in f16
+    a32 = np.zeros((128, 64), np.float32)
+    tf32 = workbook.show_ptx(p.gemm_tf32_pipelined, a32, a32, c, grep=r"mma|cvt\.rna")
+    assert tf32.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 2 * 32
+    assert "cvt.rna" not in tf32  # rounded by an add on the bits, the tensor core truncating the rest
