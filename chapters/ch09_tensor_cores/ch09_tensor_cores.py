@@ -322,6 +322,28 @@ chapter.lesson(
 chapter.save()
 
 # %% [markdown]
+# ## Exercises you can check
+#
+# `exercises.py` beside this notebook holds three exercises: the TF32 fragments of one lane, a
+# cp.async pipeline that reads its tile too early, and the address each lane hands ldmatrix. Each
+# cell below shows the code you edit and runs its check on what the file holds now: *not
+# attempted*, *wrong* (with what is wrong) or *correct*. Edit `exercises.py` between `# >>> ch09.N`
+# and `# <<< ch09.N`, save, and re-run the cell. `python -m pytest --exercises -k ch09` checks them
+# all at once. In the simulator a cp.async lands only at the wait that covers it, so a missing wait
+# reads the stale tile every time; on a GPU it reads stale data only sometimes.
+
+# %%
+from workbook import exercises
+
+exercises.show("ch09.1")
+
+# %%
+exercises.show("ch09.2")
+
+# %%
+exercises.show("ch09.3")
+
+# %% [markdown]
 # ## More to try
 # 1. **wgmma**: the H100's warpgroup MMA (`wgmma.mma_async`, sm_90a) reads A and B straight from
 #    shared memory through descriptors, and its accumulators are 64xN per warpgroup. What would

@@ -162,12 +162,13 @@ def gemm_f16_pipelined(a, b, c):
     for step in range(steps):
         cp_async_wait(WAIT_FOR)  # this thread's copies of `step` have landed ...
         cuda.syncthreads()  # ... and everyone's; and everyone is done with step - 1's stage
-        if step + STAGES - 1 < steps:  # refill step - 1's stage with a later step
-            issue(a, b, a_s, b_s, plan, write, (step + STAGES - 1) * BK_F16, BK_F16, CHUNK_F16)
-        cp_async_commit()
         f16_fragments(a_s, b_s, read, 0, lane, wm, wn, a0, b0)  # BK_F16 = 32: two k16 halves
         f16_fragments(a_s, b_s, read, 1, lane, wm, wn, a1, b1)
         f16_multiply(a0, b0, acc)
+        # refill step - 1's stage with a later step, while the first half's mma run
+        if step + STAGES - 1 < steps:
+            issue(a, b, a_s, b_s, plan, write, (step + STAGES - 1) * BK_F16, BK_F16, CHUNK_F16)
+        cp_async_commit()
         f16_multiply(a1, b1, acc)
         read, write = next_stage(read), next_stage(write)
     store_warp_tile(c, acc, row0 + wm, col0 + wn, lane)
@@ -234,13 +235,13 @@ def gemm_tf32_pipelined(a, bt, c):
     for step in range(steps):
         cp_async_wait(WAIT_FOR)
         cuda.syncthreads()
+        tf32_fragments(a_s, bt_s, read, 0, lane, wm, wn, a0, b0)  # BK_TF32 = 16: two k8 halves
+        tf32_fragments(a_s, bt_s, read, 1, lane, wm, wn, a1, b1)
+        tf32_multiply(a0, b0, acc)
         if step + STAGES - 1 < steps:
             issue_rows(a, a_s, plan_a, write, (step + STAGES - 1) * BK_TF32)
             issue_rows(bt, bt_s, plan_b, write, (step + STAGES - 1) * BK_TF32)
         cp_async_commit()
-        tf32_fragments(a_s, bt_s, read, 0, lane, wm, wn, a0, b0)  # BK_TF32 = 16: two k8 halves
-        tf32_fragments(a_s, bt_s, read, 1, lane, wm, wn, a1, b1)
-        tf32_multiply(a0, b0, acc)
         tf32_multiply(a1, b1, acc)
         read, write = next_stage(read), next_stage(write)
     store_warp_tile(c, acc, row0 + wm, col0 + wn, lane)

@@ -1,0 +1,54 @@
+"""Checks of chapter 09's exercises against the chapter's NumPy references (gemm_reference, rounded
+as the tensor core rounds, within reference.tolerance) and a float64 column sum, at awkward sizes,
+into poisoned outputs. See workbook/exercises.py.
+
+The kernels are warp-wide (mma, ldmatrix) or sized to their data (one thread a column), so they run
+on their own grids only (grids=()): a smaller block would cut a warp short, which is an error."""
+
+import numpy as np
+
+import workbook
+from workbook import cuda
+from workbook.exercises import Exercise, poisoned
+
+from . import kernels as k
+
+GEMM_SHAPES = [(1, 1, 1), (16, 8, 8), (31, 17, 33), (33, 40, 31), (18, 23, 9),
+               workbook.size(gpu=(257, 131, 129), sim=(37, 41, 29))]  # (M, K, N)
+ROWS = [1, 31, 33, 64, 100, workbook.size(gpu=5001, sim=77)]
+
+
+def _gemm_case(gemm, precision, name):
+    dtype = np.float32 if precision == "tf32" else np.float16
+    for M, K, N in GEMM_SHAPES:
+        rng = np.random.default_rng(M * 1000 + N)
+        a, b = rng.standard_normal((M, K)).astype(dtype), rng.standard_normal((K, N)).astype(dtype)
+        c = gemm(cuda.to_device(a), cuda.to_device(b), poisoned((M, N), np.float32))
+        workbook.assert_close(c, k.gemm_reference(a, b, precision).astype(np.float32), rtol=0,
+                              atol=float(k.tolerance(a, b, precision).max()), name=f"{name} M={M} K={K} N={N}")
+
+
+def check_tf32_tile(m):
+    _gemm_case(m.gemm_tf32_tile, "tf32", "gemm_tf32_tile")
+
+
+def check_column_sums(m):
+    for rows in ROWS:
+        x = np.random.default_rng(rows).standard_normal((rows, m.COLUMNS)).astype(np.float32)
+        out = m.column_sums(cuda.to_device(x), poisoned((m.COLUMNS,), np.float32))
+        atol = rows * 2.0 ** -23 * float(np.abs(x).sum(axis=0).max()) + 1e-30
+        workbook.assert_close(out, x.astype(np.float64).sum(axis=0).astype(np.float32), rtol=0, atol=atol,
+                              name=f"column_sums of {rows} rows")
+
+
+def check_f16_ldmatrix(m):
+    _gemm_case(m.gemm_f16_ldmatrix, "f16", "gemm_f16_ldmatrix")
+
+
+EXERCISES = [
+    Exercise("ch09.1", "TF32 fragments: which lane holds what", "complete", "gemm_tf32_tile_kernel", check_tf32_tile,
+             grids=()),
+    Exercise("ch09.2", "a cp.async pipeline that reads too early", "fix", "column_sums_kernel", check_column_sums,
+             grids=()),
+    Exercise("ch09.3", "an ldmatrix address", "complete", "gemm_f16_ldmatrix_kernel", check_f16_ldmatrix, grids=()),
+]
