@@ -9,30 +9,9 @@ Every mma and ldmatrix is executed by all 32 lanes of a warp together.
 import numpy as np
 from numba import cuda, float32
 
+from chapters.ch09_tensor_cores.naive import THREADS, WARPS, at, blocks_for, store_tile, warp_tile
 from workbook.inputs import require
 from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x2_trans, ldmatrix_x4, mma_f16, mma_tf32, to_tf32
-
-WARPS = 4  # warps per block in ch09.1 and ch09.3, one 16x8 tile of C each
-THREADS = 32 * WARPS
-
-
-@cuda.jit(device=True)
-def at(x, row, col):
-    """x[row, col], or zero past the edge of x."""
-    if row < x.shape[0] and col < x.shape[1]:
-        return x[row, col]
-    return x.dtype.type(0)
-
-
-@cuda.jit(device=True)
-def store_tile(c, row0, col0, lane, d):
-    """Lane (g, t) holds C's (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)."""
-    g, t = lane // 4, lane % 4
-    for q in range(4):
-        row, col = row0 + g + 8 * (q // 2), col0 + 2 * t + q % 2
-        if row < c.shape[0] and col < c.shape[1]:
-            c[row, col] = d[q]
-
 
 def _gemm_args(a, b, c, dtype):
     a = require(a, "a", dtype=dtype, ndim=2)
@@ -40,12 +19,12 @@ def _gemm_args(a, b, c, dtype):
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape}")
     c = require(c, "c", dtype=np.float32, shape=(a.shape[0], b.shape[1]))
-    blocks = max(1, (((a.shape[0] + 15) // 16) * ((b.shape[1] + 7) // 8) + WARPS - 1) // WARPS)
-    return a, b, c, blocks
+    return a, b, c, blocks_for(a.shape[0], b.shape[1])
 
 
 # ---------------------------------------------------------------------------------------------
-# ch09.1 (complete the fragments) — one warp per 16x8 tile of C = A @ B with TF32 tensor cores.
+# ch09.1 (complete the fragments) — one warp per 16x8 tile of C = A @ B with TF32 tensor cores
+# (the chapter's naive kernel, naive.py: `at`, `warp_tile` and `store_tile` are its).
 #
 # mma_tf32(a, b, c) multiplies the warp's 16x8 slice of A (16 rows, 8 columns of depth) by its 8x8
 # slice of B. Lane (g, t), g = lane // 4 and t = lane % 4, holds these elements (row, column), each
@@ -57,13 +36,9 @@ def _gemm_args(a, b, c, dtype):
 
 @cuda.jit
 def gemm_tf32_tile_kernel(a, b, c):
-    M, K = a.shape
-    N = b.shape[1]
-    lane = cuda.threadIdx.x % 32
-    tile = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
-    tiles_across = (N + 7) // 8
-    row0, col0 = tile // tiles_across * 16, tile % tiles_across * 8
-    if row0 >= M:  # the whole warp leaves together
+    K = a.shape[1]
+    lane, row0, col0 = warp_tile(c)  # the chapter's: WARPS tiles a block
+    if row0 >= c.shape[0]:  # the whole warp leaves together
         return
     g, t = lane // 4, lane % 4
     acc = (float32(0), float32(0), float32(0), float32(0))
@@ -155,13 +130,10 @@ def column_sums(x, out):
 def gemm_f16_ldmatrix_kernel(a, b, c):
     a_s = cuda.shared.array((WARPS, 256), np.float16)  # each warp's 16x16 slice of A
     b_s = cuda.shared.array((WARPS, 128), np.float16)  # and its 16x8 slice of B
-    M, K = a.shape
-    N = b.shape[1]
-    lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
-    tile = cuda.blockIdx.x * WARPS + warp
-    tiles_across = (N + 7) // 8
-    row0, col0 = tile // tiles_across * 16, tile % tiles_across * 8
-    if row0 >= M:  # the whole warp leaves together; no barrier below, only syncwarp
+    K = a.shape[1]
+    warp = cuda.threadIdx.x // 32
+    lane, row0, col0 = warp_tile(c)
+    if row0 >= c.shape[0]:  # the whole warp leaves together; no barrier below, only syncwarp
         return
     acc = (float32(0), float32(0), float32(0), float32(0))
     for k0 in range(0, K, 16):

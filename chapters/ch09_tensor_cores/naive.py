@@ -24,6 +24,15 @@ def at(x, row, col):
 
 
 @cuda.jit(device=True)
+def warp_tile(c):
+    """(lane, first row, first column) of the 16x8 tile of c this thread's warp computes: WARPS
+    tiles a block, row after row of tiles."""
+    tile = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
+    tiles_across = (c.shape[1] + 7) // 8
+    return cuda.threadIdx.x % 32, tile // tiles_across * 16, tile % tiles_across * 8
+
+
+@cuda.jit(device=True)
 def store_tile(c, row0, col0, lane, d):
     """Lane (g, t) holds C's (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)."""
     g, t = lane // 4, lane % 4
@@ -36,13 +45,9 @@ def store_tile(c, row0, col0, lane, d):
 @cuda.jit
 def gemm_tf32_naive(a, b, c):
     """c = a @ b with TF32 tensor cores; a (M, K), b (K, N), c (M, N), float32."""
-    M, K = a.shape
-    N = b.shape[1]
-    lane = cuda.threadIdx.x % 32
-    tile = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
-    tiles_across = (N + 7) // 8
-    row0, col0 = tile // tiles_across * 16, tile % tiles_across * 8
-    if row0 >= M:  # the whole warp leaves together: nobody is left waiting in an mma
+    K = a.shape[1]
+    lane, row0, col0 = warp_tile(c)
+    if row0 >= c.shape[0]:  # the whole warp leaves together: nobody is left waiting in an mma
         return
     g, t = lane // 4, lane % 4
     acc = (float32(0), float32(0), float32(0), float32(0))
@@ -57,13 +62,9 @@ def gemm_tf32_naive(a, b, c):
 @cuda.jit
 def gemm_f16_naive(a, b, c):
     """c = a @ b with FP16 tensor cores, FP32 accumulation; a (M, K), b (K, N) float16, c float32."""
-    M, K = a.shape
-    N = b.shape[1]
-    lane = cuda.threadIdx.x % 32
-    tile = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
-    tiles_across = (N + 7) // 8
-    row0, col0 = tile // tiles_across * 16, tile % tiles_across * 8
-    if row0 >= M:
+    K = a.shape[1]
+    lane, row0, col0 = warp_tile(c)
+    if row0 >= c.shape[0]:
         return
     g, t = lane // 4, lane % 4
     acc = (float32(0), float32(0), float32(0), float32(0))
