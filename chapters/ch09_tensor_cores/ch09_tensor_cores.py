@@ -118,7 +118,8 @@ workbook.show(naive.gemm_f16_naive)
 # block copies an A tile and a B tile into shared memory with `cp.async`, which moves 16 bytes
 # global → shared without passing through registers and lands only when waited for. Three stages:
 # while the warps multiply step k, steps k+1 and k+2 are on their way. One barrier a step: wait for
-# step k's copies, sync, refill the stage step k-1 used, multiply.
+# step k's copies, sync, multiply; the stage step k-1 used is refilled while the first half of the
+# step's mma run (after the barrier, so that no warp still reads it).
 
 # %%
 workbook.show(pipelined.plan_copies)
