@@ -14,6 +14,8 @@ collectives.py)
 
 corrects popc, brev, clz and ffs for negative and 64-bit values, and replaces the block scheduler by
 one that switches between greenlets (below), which also serves syncthreads and syncthreads_count/and/or.
+workbook/tensor_cores.py's mma and ldmatrix are warp collectives of the same scheduler, and its
+cp.async copies land at their wait (tensor_ops.py; what each collective computes: collectives.py).
 
 Threads, warps and lanes
 ------------------------
