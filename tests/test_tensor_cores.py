@@ -261,6 +261,51 @@ def _ldmatrix_global(g, out):
     out[cuda.threadIdx.x] = regs[0]
 
 
+@cuda.jit
+def _copy_at(source, shared_offset, source_offset, out):
+    s = cuda.shared.array(32, np.float16)
+    if cuda.threadIdx.x == 0:
+        cp_async16(s, shared_offset, source, source_offset, 16)
+        cp_async_wait(0)
+        out[0] = s[0]
+
+
+@only_sim
+@pytest.mark.parametrize("offset", range(1, 8))
+def test_every_misaligned_offset_is_named(offset):
+    # 16 bytes of float16 are 8 elements: any start that is not a multiple of 8 is misaligned, on
+    # either side of a cp.async, and for an ldmatrix row
+    source, out = cuda.to_device(np.zeros(32, np.float16)), cuda.to_device(np.zeros(1, np.float16))
+    with pytest.raises(ValueError, match="misaligned address"):
+        _copy_at[1, 32](source, offset, 0, out)
+    with pytest.raises(ValueError, match="misaligned address"):
+        _copy_at[1, 32](source, 0, offset, out)
+    with pytest.raises(ValueError, match="misaligned address"):
+        _ldmatrix_at[1, 32](offset, cuda.to_device(np.zeros(32, np.uint32)))
+
+
+@cuda.jit
+def _copy_tail_f16(source, valid_bytes, out):
+    s = cuda.shared.array(32 * 8, np.float16)
+    lane = cuda.threadIdx.x
+    for q in range(8):
+        s[lane * 8 + q] = -1.0
+    cp_async16(s, lane * 8, source, lane * 8, valid_bytes[lane])
+    cp_async_commit()
+    cp_async_wait(0)
+    for q in range(8):
+        out[lane * 8 + q] = s[lane * 8 + q]
+
+
+def test_cp_async_zero_fills_every_tail_of_halves():
+    source = (np.arange(256) % 97 + 1).astype(np.float16)
+    valid = (np.arange(32) % 9 * 2).astype(np.int32)  # 0, 2, ..., 16 bytes: 0 to 8 halves
+    out = cuda.to_device(np.zeros(256, np.float16))
+    _copy_tail_f16[1, 32](cuda.to_device(source), cuda.to_device(valid), out)
+    want = np.where(np.arange(256) % 8 < np.repeat(valid // 2, 8), source, 0)
+    np.testing.assert_array_equal(out.copy_to_host(), want)
+
+
 @only_sim
 def test_ldmatrix_errors_name_what_a_gpu_would_fault_on():
     out = cuda.to_device(np.zeros(32, np.uint32))

@@ -40,36 +40,17 @@ if len(sys.argv) > 3 and sys.argv[3][0].isdigit():  # register caps to try: 3 bl
         grid = P.grid_for(n, n)
         variants[f"f16 cap {cap}"] = lambda f16=f16: f16[grid, P.THREADS](da16, db16, outs["f16"])
         variants[f"tf32 cap {cap}"] = lambda t32=t32: t32[grid, P.THREADS](da32, db32, outs["tf32"])
-if "ceiling" in sys.argv:  # mma.sync alone: 8 independent tiles a warp, no memory, 8 warps a block
-    from numba import float32, uint32
-    from workbook.tensor_cores import mma_f16, mma_tf32
+if "ceiling" in sys.argv:  # mma.sync alone (chapters/ch09_tensor_cores/ceiling.py), 4, 8 and 16 warps a block
+    from chapters.ch09_tensor_cores import ceiling
     LOOPS = 4096
-
-    def make_ceiling(mma, k_step):
-        @cuda.jit
-        def ceiling(out):
-            acc = cuda.local.array(32, float32)
-            for i in range(32):
-                acc[i] = 0
-            x = uint32(cuda.threadIdx.x)
-            for _ in range(LOOPS):
-                for t in range(8):
-                    d = mma((x, x, x, x), (x, x), (acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3]))
-                    for q in range(4):
-                        acc[4 * t + q] = d[q]
-            s = 0.0
-            for i in range(32):
-                s += acc[i]
-            out[cuda.grid(1)] = s
-        return ceiling, k_step
-
     sink = cuda.device_array(132 * 8 * 256, np.float32)
-    for label, (kern, k_step) in {"ceiling f16": make_ceiling(mma_f16, 16), "ceiling tf32": make_ceiling(mma_tf32, 8)}.items():
+    flops_of = {}
+    for precision, kern in ceiling.KERNELS.items():
         for warps in (4, 8, 16):
-            blocks = 132 * 8 * 256 // (32 * warps)
-            variants[f"{label} {warps}w"] = lambda kern=kern, blocks=blocks, warps=warps: kern[blocks, 32 * warps](sink)
-            flops_of = globals().setdefault("flops_of", {})
-            flops_of[f"{label} {warps}w"] = 2 * 16 * 8 * k_step * 8 * LOOPS * blocks * warps
+            blocks = sink.size // (32 * warps)
+            name = f"ceiling {precision} {warps}w"
+            variants[name] = lambda kern=kern, blocks=blocks, warps=warps: kern[blocks, 32 * warps](sink, LOOPS)
+            flops_of[name] = ceiling.flops(precision, blocks, 32 * warps, LOOPS)
 torch.backends.cuda.matmul.allow_tf32 = True
 variants["torch tf32"] = lambda: torch.matmul(ta32, tb32)
 variants["torch f16"] = lambda: torch.matmul(ta16, tb16)
@@ -86,6 +67,6 @@ flops = 2 * n ** 3
 dev = cuda.get_current_device()
 print(f"{dev.name} n={n} repeats={repeats}")
 for name, ms in t.items():
-    f = globals().get("flops_of", {}).get(name, flops)
+    f = flops_of.get(name, flops) if "ceiling" in sys.argv else flops
     print(f"{name:16s} median {np.median(ms):8.3f} ms  [{ms.min():.3f}-{ms.max():.3f}]  "
           f"{f / np.median(ms) / 1e9:7.1f} TFLOP/s")

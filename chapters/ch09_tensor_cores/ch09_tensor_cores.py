@@ -122,8 +122,9 @@ workbook.show(naive.gemm_f16_naive)
 # step's mma run (after the barrier, so that no warp still reads it).
 
 # %%
-workbook.show(pipelined.plan_copies)
-workbook.show(pipelined.issue)
+workbook.show(pipelined.plan_rows)
+workbook.show(pipelined.issue_rows)
+workbook.show(pipelined.plan_b_f16)
 workbook.show(pipelined.gemm_f16_pipelined)
 
 # %% [markdown]

@@ -19,11 +19,12 @@ the chapter:
   bank groups, and the cp.async writes stay whole 16-byte chunks.
 
 FP16: BK = 32 halves (64 bytes a row of A), B's fragments by ldmatrix_x4_trans (B is K x N, the
-mma wants it by columns). TF32: BK = 16 floats (again 64 bytes a row of A, so A's swizzle is the
-same); ldmatrix has no 32-bit transpose, so B's fragments are loaded as single floats, from rows
-swizzled so that the 32 lanes hit 32 different banks. Each A and B value is rounded to TF32 as
-CUTLASS rounds it: half a TF32 unit added to its bits (HALF_TF32_UNIT), the rest of the 13 low bits
-dropped by the tensor core, which is cvt.rna's result for every finite value, in one integer add.
+mma wants it by columns). TF32: BK = 16 floats (again 64 bytes a row of A, so A's swizzle and its
+copies are the same). ldmatrix has no 32-bit transpose, so the wrapper first writes B^T, rounded to
+TF32 (transpose_to_tf32), and the kernel copies and reads B^T's rows as it does A's. A's values are
+rounded in registers as CUTLASS rounds them: half a TF32 unit added to the bits (HALF_TF32_UNIT),
+the 13 low bits then dropped by the tensor core, which is cvt.rna's result for every finite value,
+in one integer add.
 
 Shapes: any M; K and N multiples of 8 (FP16) or 4 (TF32), so that every row of A and B starts on a
 16-byte boundary, which cp.async requires (the wrapper says so). The ragged edges of the tiles are
@@ -41,8 +42,6 @@ WM, WN = 64, 64  # each warp's tile of C
 WARPS = (BM // WM) * (BN // WN)
 THREADS = 32 * WARPS
 MI, NI = WM // 16, WN // 8  # mma tiles per warp: 4 x 8, 32 accumulators of 4 floats each
-CHUNKS = 512 // THREADS  # 16-byte chunks of a 512-chunk tile per thread
-A_ROWS_APART = THREADS // 4  # rows between one thread's chunks of a 4-chunk-wide tile
 STAGES = 3  # steps in flight: 3 x (A + B) = 48 KB of shared memory, numba's static limit
 WAIT_FOR = STAGES - 2  # copy groups still in flight after a wait: the later steps already issued
 BK_F16, BK_TF32 = 32, 16  # depth of a step: 64 bytes of a row of A either way
@@ -58,43 +57,50 @@ HALF_TF32_UNIT = uint32(0x1000)
 
 
 @cuda.jit(device=True)
-def plan_copies(a, b, tid, row0, col0, BK, CHUNK):
-    """This thread's share of every step's copies, worked out once: 512 16-byte chunks of A (BM rows
-    x 4 chunks: 64 bytes a row) and 512 of B (BK rows x BN / CHUNK chunks) a step, 4 + 4 a thread.
-    Thread tid copies chunk tid % 4 of A rows tid / 4 + 32i, and chunk tid % B_ROW of B rows
-    tid / B_ROW + B_ROWS·i. Those steps of rows leave a row's swizzle as it is (bits 1-2 of the row
-    for A, bits 0-2 or 0-1 for B), so the four chunks are one stride apart, in global and in shared
-    memory. Returns where the first chunks come from and go to, and what the edge tests need."""
-    M, K = a.shape
-    N = b.shape[1]
-    B_ROW = BN // CHUNK  # chunks in a row of the B tile: 16 (FP16) or 32 (TF32)
+def plan_rows(x, tid, first_row, CHUNK):
+    """This thread's share of every step's copies of a 128-row tile of 64-byte rows (4 chunks of 16
+    bytes: A in both precisions, B^T in TF32), rows first_row.. of x: 512 chunks, 4 a thread, chunk
+    tid % 4 of rows tid / 4 + 32i. Stepping 32 rows leaves a row's swizzle (its bits 1-2) as it is,
+    so the four chunks are one stride apart in global and in shared memory. Worked out once: where
+    the first comes from and goes to, the rows left, the chunk's first column."""
     r, ch = tid // 4, tid % 4
-    a_from = (row0 + r) * K + ch * CHUNK
-    a_to = (r * 4 + (ch ^ ((r >> 1) & 3))) * CHUNK
-    rb, cb = tid // B_ROW, tid % B_ROW
-    swizzle = (rb & 7) if CHUNK == 8 else ((rb & 3) << 1)  # TF32's B is read a float at a time
-    b_from = rb * N + col0 + cb * CHUNK
-    b_to = (rb * B_ROW + (cb ^ swizzle)) * CHUNK
-    return a_from, a_to, M - row0 - r, ch * CHUNK, b_from, b_to, rb, col0 + cb * CHUNK < N
+    return ((first_row + r) * x.shape[1] + ch * CHUNK, (r * 4 + (ch ^ ((r >> 1) & 3))) * CHUNK,
+            x.shape[0] - first_row - r, ch * CHUNK)
 
 
 @cuda.jit(device=True)
-def issue(a, b, a_s, b_s, plan, stage, k0, BK, CHUNK):
-    """cp.async of the A and B tiles at depth k0 into `stage`; chunks past an edge read nothing and
-    are zero-filled (source bytes 0: their address is never used). K and N are multiples of CHUNK,
-    so a chunk is all in or all out."""
-    a_from, a_to, a_rows, a_col, b_from, b_to, b_row, b_in = plan
-    K = a.shape[1]
-    N = b.shape[1]
-    B_ROWS = THREADS // (BN // CHUNK)  # B rows one pass of the block covers
-    a_in = k0 + a_col < K
-    for i in range(CHUNKS):
-        ok = a_in and A_ROWS_APART * i < a_rows
-        cp_async16(a_s, stage * BM * BK + a_to + A_ROWS_APART * i * BK, a, a_from + A_ROWS_APART * i * K + k0,
-                   16 if ok else 0)
-    for i in range(CHUNKS):
-        ok = b_in and k0 + b_row + B_ROWS * i < K
-        cp_async16(b_s, stage * BK * BN + b_to + B_ROWS * i * BN, b, b_from + (k0 + B_ROWS * i) * N,
+def issue_rows(x, x_s, plan, stage, k0, BK):
+    """cp.async of the tile at depth k0 into `stage`; chunks past an edge read nothing and are
+    zero-filled (source bytes 0: their address is never used). K is a multiple of the chunk, so a
+    chunk is all in or all out."""
+    source, to, rows_left, col = plan
+    K = x.shape[1]
+    inside = k0 + col < K
+    for i in range(4):
+        ok = inside and 32 * i < rows_left
+        cp_async16(x_s, stage * BM * BK + to + 32 * i * BK, x, source + 32 * i * K + k0, 16 if ok else 0)
+
+
+B_ROW = BN // CHUNK_F16  # FP16's B tile: 32 rows of 16 chunks
+B_ROWS_APART = THREADS // B_ROW  # rows between one thread's chunks of it
+
+
+@cuda.jit(device=True)
+def plan_b_f16(b, tid, col0):
+    """The same for FP16's B tile (BK_F16 rows of K, 128 columns of N): chunk tid % 16 of rows
+    tid / 16 + 8i, swizzled by the row's bits 0-2, which stepping 8 rows leaves as they are."""
+    rb, cb = tid // B_ROW, tid % B_ROW
+    return (rb * b.shape[1] + col0 + cb * CHUNK_F16, (rb * B_ROW + (cb ^ (rb & 7))) * CHUNK_F16, rb,
+            col0 + cb * CHUNK_F16 < b.shape[1])
+
+
+@cuda.jit(device=True)
+def issue_b_f16(b, b_s, plan, stage, k0):
+    source, to, row, inside = plan
+    K, N = b.shape
+    for i in range(4):
+        ok = inside and k0 + row + B_ROWS_APART * i < K
+        cp_async16(b_s, stage * BK_F16 * BN + to + B_ROWS_APART * i * BN, b, source + (k0 + B_ROWS_APART * i) * N,
                    16 if ok else 0)
 
 
@@ -153,10 +159,11 @@ def gemm_f16_pipelined(a, b, c):
     row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
     steps = (K + BK_F16 - 1) // BK_F16
 
-    plan = plan_copies(a, b, tid, row0, col0, BK_F16, CHUNK_F16)
+    plan_a, plan_b = plan_rows(a, tid, row0, CHUNK_F16), plan_b_f16(b, tid, col0)
     for s in range(STAGES - 1):  # the prologue: the first steps' copies in flight
         if s < steps:
-            issue(a, b, a_s, b_s, plan, s, s * BK_F16, BK_F16, CHUNK_F16)
+            issue_rows(a, a_s, plan_a, s, s * BK_F16, BK_F16)
+            issue_b_f16(b, b_s, plan_b, s, s * BK_F16)
         cp_async_commit()  # a group per step, empty or not, so that the count below stays right
     read, write = 0, STAGES - 1  # the stage this step reads, the stage it refills
     for step in range(steps):
@@ -167,7 +174,8 @@ def gemm_f16_pipelined(a, b, c):
         f16_multiply(a0, b0, acc)
         # refill step - 1's stage with a later step, while the first half's mma run
         if step + STAGES - 1 < steps:
-            issue(a, b, a_s, b_s, plan, write, (step + STAGES - 1) * BK_F16, BK_F16, CHUNK_F16)
+            issue_rows(a, a_s, plan_a, write, (step + STAGES - 1) * BK_F16, BK_F16)
+            issue_b_f16(b, b_s, plan_b, write, (step + STAGES - 1) * BK_F16)
         cp_async_commit()
         f16_multiply(a1, b1, acc)
         read, write = next_stage(read), next_stage(write)
@@ -224,12 +232,12 @@ def gemm_tf32_pipelined(a, bt, c):
     row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
     steps = (K + BK_TF32 - 1) // BK_TF32
 
-    plan_a = plan_rows(a, tid, row0)  # both operands are rows of K: one plan each
-    plan_b = plan_rows(bt, tid, col0)
+    plan_a = plan_rows(a, tid, row0, CHUNK_TF32)  # both operands are rows of K: one plan each
+    plan_b = plan_rows(bt, tid, col0, CHUNK_TF32)
     for s in range(STAGES - 1):
         if s < steps:
-            issue_rows(a, a_s, plan_a, s, s * BK_TF32)
-            issue_rows(bt, bt_s, plan_b, s, s * BK_TF32)
+            issue_rows(a, a_s, plan_a, s, s * BK_TF32, BK_TF32)
+            issue_rows(bt, bt_s, plan_b, s, s * BK_TF32, BK_TF32)
         cp_async_commit()
     read, write = 0, STAGES - 1
     for step in range(steps):
@@ -239,32 +247,12 @@ def gemm_tf32_pipelined(a, bt, c):
         tf32_fragments(a_s, bt_s, read, 1, lane, wm, wn, a1, b1)
         tf32_multiply(a0, b0, acc)
         if step + STAGES - 1 < steps:
-            issue_rows(a, a_s, plan_a, write, (step + STAGES - 1) * BK_TF32)
-            issue_rows(bt, bt_s, plan_b, write, (step + STAGES - 1) * BK_TF32)
+            issue_rows(a, a_s, plan_a, write, (step + STAGES - 1) * BK_TF32, BK_TF32)
+            issue_rows(bt, bt_s, plan_b, write, (step + STAGES - 1) * BK_TF32, BK_TF32)
         cp_async_commit()
         tf32_multiply(a1, b1, acc)
         read, write = next_stage(read), next_stage(write)
     store_warp_tile(c, acc, row0 + wm, col0 + wn, lane)
-
-
-@cuda.jit(device=True)
-def plan_rows(x, tid, first_row):
-    """For a 128-row tile of 64-byte rows (16 floats) of x, rows first_row.. : this thread copies
-    chunk tid % 4 of rows tid / 4 + 32i; where the first comes from and goes to, and rows left."""
-    r, ch = tid // 4, tid % 4
-    return ((first_row + r) * x.shape[1] + ch * CHUNK_TF32, (r * 4 + (ch ^ ((r >> 1) & 3))) * CHUNK_TF32,
-            x.shape[0] - first_row - r, ch * CHUNK_TF32)
-
-
-@cuda.jit(device=True)
-def issue_rows(x, x_s, plan, stage, k0):
-    source, to, rows_left, col = plan
-    K = x.shape[1]
-    inside = k0 + col < K
-    for i in range(CHUNKS):
-        ok = inside and A_ROWS_APART * i < rows_left
-        cp_async16(x_s, stage * BM * BK_TF32 + to + A_ROWS_APART * i * BK_TF32, x, source + A_ROWS_APART * i * K + k0,
-                   16 if ok else 0)
 
 
 TRANSPOSE = 32  # a 32 x 32 tile a block of 32 x 8 threads

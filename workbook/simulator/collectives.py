@@ -158,7 +158,7 @@ def _resolve_mma(call, block):
     if kind not in _FRAGMENTS:
         _FRAGMENTS[kind] = _fragment_index(kind)
     a_at, b_at, c_at = _FRAGMENTS[kind]
-    from ..tensor_cores import MMA_SHAPES
+    from ..tensor_cores import MMA_SHAPES, truncate_tf32
 
     m, n, k = MMA_SHAPES[kind]
     regs_a = np.array([call.calls[lane][2][1] for lane in range(WARP_SIZE)], np.uint32)
@@ -167,8 +167,7 @@ def _resolve_mma(call, block):
     c[c_at] = np.array([call.calls[lane][2][3] for lane in range(WARP_SIZE)], np.float32)
     a, b = np.zeros(m * k, np.float32), np.zeros(k * n, np.float32)
     if kind == "tf32":  # the tensor core reads the top 19 bits: sign, exponent, 10 of mantissa
-        a[a_at] = (regs_a & np.uint32(0xFFFFE000)).view(np.float32)
-        b[b_at] = (regs_b & np.uint32(0xFFFFE000)).view(np.float32)
+        a[a_at], b[b_at] = truncate_tf32(regs_a.view(np.float32)), truncate_tf32(regs_b.view(np.float32))
     else:  # two 16-bit values a register: the low half first (the next column of A, the next row of B)
         def halves(regs):
             low, high = regs & np.uint32(0xFFFF), regs >> np.uint32(16)

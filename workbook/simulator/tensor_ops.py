@@ -51,14 +51,14 @@ mma_bf16 = _make_mma("mma_bf16", "bf16")
 
 
 def to_tf32(x):
-    """cvt.rna.tf32.f32: ties away from zero, which adding half a unit to the magnitude's bits gives."""
+    """cvt.rna.tf32.f32, as tensor_cores.round_tf32 models it; given an integer (a float32's bits,
+    as ldmatrix hands them out), the rounded bits."""
+    from ..tensor_cores import round_tf32  # here, not above: tensor_cores imports this module
+
     x = as_read(x)
-    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):  # a float32's bits
-        return np.float32(to_tf32(np.uint32(int(x) & FULL_MASK).view(np.float32))).view(np.uint32)
-    x = np.float32(x)
-    if not np.isfinite(x):
-        return x
-    return np.uint32((int(x.view(np.uint32)) + 0x1000) & 0xFFFFE000).view(np.float32)
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        return round_tf32(np.uint32(int(x) & FULL_MASK).view(np.float32)).view(np.uint32)[()]
+    return round_tf32(np.float32(x))[()]
 
 
 def pack_f16x2(lo, hi):
