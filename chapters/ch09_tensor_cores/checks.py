@@ -9,6 +9,7 @@ import numpy as np
 
 import workbook
 from workbook import cuda
+from workbook.check import Launch
 from workbook.exercises import Exercise, poisoned
 
 from . import kernels as k
@@ -18,6 +19,16 @@ GEMM_SHAPES = [(1, 1, 1), (16, 8, 8), (31, 17, 33), (33, 40, 31), (18, 23, 9),
 ROWS = [1, 31, 33, 64, 100, workbook.size(gpu=5001, sim=77)]
 
 
+def _tile_owner(N, warps):
+    """Element (i, j) of C is held by lane 4·(i % 8) + (j % 8) // 2 of the warp of its 16x8 tile (the
+    chapter's warp_tile: `warps` tiles a block, row after row): (block, thread)."""
+    def owner(at):
+        i, j = at
+        tile = i // 16 * ((N + 7) // 8) + j // 8
+        return divmod(tile, warps)[0], tile % warps * 32 + 4 * (i % 8) + j % 8 // 2
+    return Launch.mapped(owner)
+
+
 def _gemm_case(gemm, precision, name):
     dtype = np.float32 if precision == "tf32" else np.float16
     for M, K, N in GEMM_SHAPES:
@@ -25,7 +36,8 @@ def _gemm_case(gemm, precision, name):
         a, b = rng.standard_normal((M, K)).astype(dtype), rng.standard_normal((K, N)).astype(dtype)
         c = gemm(cuda.to_device(a), cuda.to_device(b), poisoned((M, N), np.float32))
         workbook.assert_close(c, k.gemm_reference(a, b, precision).astype(np.float32), rtol=0,
-                              atol=float(k.tolerance(a, b, precision).max()), name=f"{name} M={M} K={K} N={N}")
+                              atol=float(k.tolerance(a, b, precision).max()), name=f"{name} M={M} K={K} N={N}",
+                              launch=_tile_owner(N, k.naive.WARPS))
 
 
 def check_tf32_tile(m):
@@ -38,7 +50,7 @@ def check_column_sums(m):
         out = m.column_sums(cuda.to_device(x), poisoned((m.COLUMNS,), np.float32))
         atol = rows * 2.0 ** -23 * float(np.abs(x).sum(axis=0).max()) + 1e-30
         workbook.assert_close(out, x.astype(np.float64).sum(axis=0).astype(np.float32), rtol=0, atol=atol,
-                              name=f"column_sums of {rows} rows")
+                              name=f"column_sums of {rows} rows", launch=Launch(1, m.COLUMNS))
 
 
 def check_f16_ldmatrix(m):
