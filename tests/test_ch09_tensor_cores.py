@@ -75,3 +75,69 @@ def test_the_wrapper_names_what_is_wrong():
         k.gemm(a32, b32, c, variant="fast")
     with pytest.raises(TypeError, match="host"):
         k.gemm(np.zeros((8, 12), np.float32), b32, c)
+
+
+# (x NHWC, w KRSC, stride, padding, dilation): batch 1, odd sizes, K of 1, 17 and 33 (not multiples of
+# the tile), a 1x1 filter, strides, padding past the filter's reach, dilation, C = 8 (a chunk) and 24;
+# on a GPU a larger odd layer too (several blocks both ways).
+CONV_CASES = [((1, 1, 1, 8), (1, 1, 1, 8), 1, 0, 1), ((1, 5, 7, 16), (17, 3, 3, 16), 1, 1, 1),
+              ((2, 6, 5, 8), (9, 3, 2, 8), (2, 1), (1, 2), (2, 1)), ((1, 3, 3, 24), (33, 3, 3, 24), 1, 3, 1),
+              workbook.size(gpu=((3, 29, 31, 40), (131, 5, 3, 40), (2, 1), 2, 1), sim=((1, 9, 2, 8), (3, 3, 3, 8), 1, 1, 1))]
+
+
+def run_conv(x, w, stride, padding, dilation, precision):
+    a, b, g = k.conv_as_gemm(x, w, stride, padding, dilation)
+    out = cuda.to_device(np.full((g.N, g.P, g.Q, g.K), 7.0, np.float32))  # not zeros: every output written
+    k.conv2d(cuda.to_device(x), cuda.to_device(w), out, stride=stride, padding=padding, dilation=dilation)
+    return out.copy_to_host(), k.conv_reference(x, w, precision, stride, padding, dilation), k.tolerance(a, b, precision)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=str)
+@pytest.mark.parametrize("precision", DTYPES)
+def test_conv(precision, case):
+    x_shape, w_shape, *params = case
+    rng = np.random.default_rng(5)
+    x, w = (rng.standard_normal(s).astype(DTYPES[precision]) for s in (x_shape, w_shape))
+    out, ref, tol = run_conv(x, w, *params, precision)
+    assert_close(out, ref.astype(np.float32), rtol=0, atol=float(tol.max()), name=f"conv2d {precision}")
+
+
+def test_conv_reference_is_the_definition():
+    """conv_reference (im2col in float64) against chapter 04's loop-by-loop definition, NHWC <-> NCHW."""
+    from chapters.ch04_implicit_gemm import kernels as k4
+
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((2, 6, 5, 8)).astype(np.float32), rng.standard_normal((9, 3, 2, 8)).astype(np.float32)
+    loops = k4.conv2d_loops(x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), (2, 1), (1, 2), (2, 1))
+    np.testing.assert_allclose(k.conv_reference(x, w, "fp32", (2, 1), (1, 2), (2, 1)), loops.transpose(0, 2, 3, 1),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", DTYPES)
+def test_conv_nan_and_inf_reach_the_outputs_whose_windows_cover_them(precision):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 6, 7, 8)).astype(DTYPES[precision])
+    w = np.abs(rng.standard_normal((5, 3, 3, 8))).astype(DTYPES[precision])  # positive: inf stays inf
+    x[0, 0, 0, 3], x[0, 4, 5, 0] = np.nan, np.inf
+    out, ref, _ = run_conv(x, w, 1, 1, 1, precision)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(out), np.isinf(ref))
+    assert np.isnan(out[0, :2, :2]).all() and np.isinf(out[0, 3:6, 4:7]).all() and np.isfinite(out[0, 2:, 2:4]).all()
+
+
+def test_conv_wrapper_names_what_is_wrong():
+    def dev(shape, dtype=np.float16):
+        return cuda.to_device(np.zeros(shape, dtype))
+
+    with pytest.raises(ValueError, match="C=12 channels.*multiple of 8"):
+        k.conv2d(dev((1, 4, 4, 12)), dev((8, 3, 3, 12)), dev((1, 2, 2, 8), np.float32))
+    with pytest.raises(ValueError, match="channel mismatch"):
+        k.conv2d(dev((1, 4, 4, 8)), dev((8, 3, 3, 16)), dev((1, 2, 2, 8), np.float32))
+    with pytest.raises(ValueError, match=r"out has shape \(1, 4, 4, 8\), expected \(1, 2, 2, 8\)"):
+        k.conv2d(dev((1, 4, 4, 8)), dev((8, 3, 3, 8)), dev((1, 4, 4, 8), np.float32))
+    with pytest.raises(TypeError, match="w has dtype float32, expected float16"):
+        k.conv2d(dev((1, 4, 4, 8)), dev((8, 3, 3, 8), np.float32), dev((1, 2, 2, 8), np.float32))
+    with pytest.raises(ValueError, match="larger than the padded input"):
+        k.conv2d(dev((1, 2, 2, 8)), dev((8, 3, 3, 8)), dev((1, 1, 1, 8), np.float32))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        k.conv2d(dev((129,))[1:].reshape(1, 4, 4, 8), dev((8, 3, 3, 8)), dev((1, 2, 2, 8), np.float32))

@@ -142,3 +142,17 @@ def test_pipelined_gemms_feed_the_tensor_cores_with_ldmatrix_and_cp_async():
     tf32 = workbook.show_ptx(p.gemm_tf32_pipelined, a32, a32, c, grep=r"mma|cvt\.rna")
     assert tf32.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 2 * 32
     assert "cvt.rna" not in tf32  # rounded by an add on the bits, the tensor core truncating the rest
+
+
+@needs_compiler
+def test_tensor_core_convolution_gathers_with_cp_async_and_compiles_for_sm_90():
+    from chapters.ch09_tensor_cores import conv
+
+    ints = (5, 7, 16, 35, 7, 3, 1, 1, 1, 1, 1, 1)  # H W C PQ Q S sh sw ph pw dh dw
+    for precision, dtype, mma in (("f16", np.float16, "m16n8k16.row.col.f32.f16.f16.f32"),
+                                  ("tf32", np.float32, "m16n8k8.row.col.f32.tf32.tf32.f32")):
+        ptx = workbook.show_ptx(conv.KERNELS[precision], np.zeros(560, dtype), np.zeros((17, 144), dtype),
+                                np.zeros((35, 17), np.float32), *ints, grep=r"mma|ldmatrix|cp\.async")
+        assert ptx.count(f"mma.sync.aligned.{mma}") == 2 * 32
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and ".trans" not in ptx  # B^T: no transpose
+        assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group 1" in ptx

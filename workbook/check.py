@@ -105,7 +105,14 @@ def poison(output):
     from numba import cuda
 
     if type(output).__module__.startswith("torch"):
-        output.view(-1).view(__import__("torch").uint8).fill_(255)
+        torch = __import__("torch")
+        # a channels-last tensor is dense but not contiguous: its NCHW-ordered view has no flat view
+        dense = output if output.is_contiguous() else output.permute(
+            *sorted(range(output.dim()), key=lambda d: -output.stride(d)))
+        if dense.is_contiguous():
+            dense.reshape(-1).view(torch.uint8).fill_(255)
+        else:
+            output.fill_(float("nan") if output.is_floating_point() else -1)
     elif hasattr(output, "copy_to_host") and output.size:
         from . import ON_GPU
 

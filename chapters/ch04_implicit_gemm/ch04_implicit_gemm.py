@@ -486,7 +486,7 @@ if workbook.ON_GPU:
 # %% [markdown]
 # ## The big layer: N=32, C=K=256, 56x56, 3x3, pad 1
 #
-# 236 GFLOP per call. The bar is 10 TFLOP/s for the implicit GEMM; cuDNN FP32 is the yardstick.
+# Its GFLOP per call are in the layer table above. The bar is 10 TFLOP/s for the implicit GEMM; cuDNN FP32 is the yardstick.
 
 # %%
 big_key, big_channels, big_side = BIG if workbook.ON_GPU else ("256ch 56x56", 8, 6)

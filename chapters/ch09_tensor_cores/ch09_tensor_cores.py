@@ -21,7 +21,9 @@
 #   must come to a float64 reference (a tolerance derived, not guessed);
 # - how a GEMM feeds the tensor cores: tiles in shared memory, copied by `cp.async` three steps
 #   ahead, handed to the warp by `ldmatrix` from a swizzled layout without bank conflicts;
-# - how far that gets from numba against cuBLAS, and what the instruction itself allows.
+# - how far that gets from numba against cuBLAS, and what the instruction itself allows;
+# - how chapter 04's implicit-GEMM convolution, channels last, becomes 16-byte copies feeding the
+#   same tensor-core GEMM, against cuDNN.
 #
 # numba has no tensor-core API; `workbook/tensor_cores.py` emits each PTX instruction through
 # inline assembly, as `workbook/memory.py` does for 16-byte loads. Without a GPU every kernel runs
@@ -133,8 +135,10 @@ workbook.show(pipelined.gemm_f16_pipelined)
 # after row, the eight rows of a matrix would sit 64 bytes apart (A) or 256 bytes apart (B), on the
 # same banks: a 4- or 8-way bank conflict at every ldmatrix. The *swizzle* stores 16-byte chunk c
 # of row r at chunk c XOR f(r), so that the eight rows of a matrix fall on eight different bank
-# groups, and the 16-byte copies stay whole. Both halves of a step's fragments are loaded before
-# either is multiplied, so that the second half's loads hide behind the first half's mma.
+# groups, and the 16-byte copies stay whole. A step has two k16 halves, and each half's fragments
+# are loaded while the other half's mma run: the second half's before the first is multiplied, and
+# the next step's first half right after the barrier, before this step's second half is multiplied
+# (in the code; the compiler may move register-only mma across the barrier, and here it does).
 
 # %%
 workbook.show(pipelined.f16_fragments)
@@ -260,6 +264,118 @@ else:
 chapter.record("mma.sync ceiling (TFLOP/s)", peak)
 
 # %% [markdown]
+# ## The convolution on tensor cores
+#
+# Chapter 04 turned a convolution into a GEMM whose B tile is gathered from the image. Channels
+# last (x as N, H, W, C; filters as K, R, S, C) the gather becomes 16-byte copies: for one filter
+# tap (r, s) the channels of a pixel sit side by side, so with C a multiple of 8 halves (or 4
+# floats) every 16-byte chunk of the GEMM's A tile is either 16 contiguous bytes of x or all
+# padding, and cp.async copies it or zero-fills it. The filters, (K, R·S·C), are B^T: rows of
+# depth, copied and read as TF32's B^T is in the GEMM. Everything else is the pipelined GEMM.
+
+# %%
+from chapters.ch09_tensor_cores import conv
+
+workbook.show(conv.make_conv_kernel)
+
+# %% [markdown]
+# Checked first at awkward shapes: a batch of 1, odd image sizes, K not a multiple of anything,
+# strides, padding wider than the filter's reach, dilation, C = 8; a NaN in one pixel must reach
+# exactly the outputs whose windows cover it. The reference is the im2col GEMM in float64
+# (`conv_reference`), and the GEMM's tolerance holds as it is: the same products, summed in
+# another order.
+
+# %%
+CONV_CASES = [  # (x NHWC, w KRSC, stride, padding, dilation)
+    ((1, 5, 7, 16), (17, 3, 3, 16), 1, 1, 1),
+    ((2, 6, 5, 8), (9, 3, 2, 8), (2, 1), (1, 2), (2, 1)),
+    ((1, 3, 3, 24), (33, 3, 3, 24), 1, 3, 1),
+]
+for x_shape, w_shape, stride, padding, dilation in CONV_CASES:
+    for precision, dtype in (("f16", np.float16), ("tf32", np.float32)):
+        x = rng.standard_normal(x_shape).astype(dtype)
+        w = rng.standard_normal(w_shape).astype(dtype)
+        x[0, 1, 2, 3] = np.nan
+        a, b, g = k.conv_as_gemm(x, w, stride, padding, dilation)
+        got = cuda.to_device(np.full((g.N, g.P, g.Q, g.K), 7.0, np.float32))
+        k.conv2d(cuda.to_device(x), cuda.to_device(w), got, stride=stride, padding=padding, dilation=dilation)
+        ref = k.conv_reference(x, w, precision, stride, padding, dilation)
+        workbook.assert_close(got, ref.astype(np.float32), rtol=0,
+                              atol=float(np.nan_to_num(k.tolerance(a, b, precision)).max()),
+                              name=f"conv {precision} x{x_shape} w{w_shape}")
+print("conv2d, TF32 and FP16: correct, NaN where its windows reach, at", [c[:2] for c in CONV_CASES])
+try:
+    k.conv2d(cuda.to_device(np.zeros((1, 4, 4, 12), np.float16)), cuda.to_device(np.zeros((8, 3, 3, 12), np.float16)),
+             cuda.device_array((1, 2, 2, 8), np.float32))
+except ValueError as error:
+    print("C = 12 in FP16:", error)
+
+# %% [markdown]
+# On a GPU, the issue's layer: N=32, C=K=256, 56x56, 3x3, pad 1, against cuDNN channels last in
+# FP16 and TF32 (`torch.nn.functional.conv2d` on views of the same buffers, `cudnn.benchmark` on)
+# and chapter 04's FP32 implicit GEMM on the same data in NCHW (its fastest tile on this layer).
+# Image 0 is checked against the float64 reference (all 32 would take NumPy minutes); cuDNN's FP16
+# output is FP16, one rounding more.
+
+# %%
+cn, cc, side = workbook.size(gpu=(32, 256, 56), sim=(2, 16, 6))
+x32 = rng.standard_normal((cn, side, side, cc)).astype(np.float32)
+w32 = (rng.standard_normal((cc, 3, 3, cc)) / np.sqrt(9 * cc)).astype(np.float32)
+g_conv = fp32.conv_geometry((cn, cc, side, side), (cc, cc, 3, 3), 1, 1, 1)
+conv_in = {"f16": (cuda.to_device(x32.astype(np.float16)), cuda.to_device(w32.astype(np.float16))),
+           "tf32": (cuda.to_device(x32), cuda.to_device(w32))}
+conv_out = cuda.device_array((cn, side, side, cc), np.float32)
+x_nchw = cuda.to_device(np.ascontiguousarray(x32.transpose(0, 3, 1, 2)))
+w_kcrs = cuda.to_device(np.ascontiguousarray(w32.transpose(0, 3, 1, 2)))
+out_nchw = cuda.device_array(g_conv.out_shape, np.float32)
+fp32_tile = "256x128 wide, 16x8/thread" if workbook.ON_GPU else None  # chapter 04's fastest here
+if torch is not None:
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True
+# torch's NCHW views of the NHWC buffers: channels-last tensors, as cuDNN's fast kernels want them
+t_conv = {p: tuple(bench.torch_view(a).permute(0, 3, 1, 2) if torch is not None else None for a in pair)
+          for p, pair in conv_in.items()}
+
+
+def conv_checker(precision):
+    """Image 0 against the float64 reference: the tensor-core kernels within the derived tolerance;
+    cuDNN (an NCHW view of a channels-last output, FP16 for FP16) with one rounding more; chapter
+    04's kernel (NCHW, float32 inputs) against the unrounded inputs, within its own tolerance."""
+    x0, w0 = (a.copy_to_host() for a in conv_in[precision])
+    a0, b0, _ = k.conv_as_gemm(x0[:1], w0, 1, 1, 1)
+    atol = float(k.tolerance(a0, b0, precision).max())
+
+    def check(got, ref, name):
+        host = to_host(got)[:1].astype(np.float32)
+        if not name.startswith("tensor cores"):  # NCHW: chapter 04's and cuDNN's
+            host = np.ascontiguousarray(host.transpose(0, 2, 3, 1))
+        if name.startswith("chapter 04"):
+            rtol_fp32, atol_fp32 = fp32.tolerance(g_conv.gemm_depth)
+            exact = k.conv_reference(x32[:1], w32, "fp32", 1, 1, 1).astype(np.float32)
+            workbook.assert_close(host, exact, rtol=rtol_fp32, atol=atol_fp32, name=name)
+        else:
+            workbook.assert_close(host, ref, rtol=2.0 ** -10 if name.startswith("torch") else 0, atol=atol, name=name)
+    return check
+
+
+conv_results = {}
+for precision, label in (("f16", "FP16"), ("tf32", "TF32")):
+    xd, wd = conv_in[precision]
+    variants = {f"tensor cores {label}": lambda xd=xd, wd=wd: k.conv2d(xd, wd, conv_out, padding=1)}
+    if precision == "f16":
+        variants["chapter 04 FP32 implicit (CUDA cores)"] = lambda: fp32.conv2d_implicit(
+            x_nchw, w_kcrs, out_nchw, padding=1, tile=fp32_tile)
+    tx, tw = t_conv[precision]
+    conv_results[precision] = chapter.compare(
+        f"conv {precision}", variants,
+        reference=lambda xd=xd, wd=wd, precision=precision: k.conv_reference(
+            xd.copy_to_host()[:1], wd.copy_to_host(), precision, 1, 1, 1).astype(np.float32),
+        check=conv_checker(precision),
+        baselines={f"cuDNN {label} channels last": lambda tx=tx, tw=tw: torch.nn.functional.conv2d(tx, tw, padding=1)},
+        flops=g_conv.flops, size=f"N={cn} C=K={cc} {side}x{side} 3x3 pad 1, NHWC",
+    )
+
+# %% [markdown]
 # ## Bars
 
 # %%
@@ -269,6 +385,12 @@ chapter.bar("GEMM 4096^3 TF32: pipelined vs cuBLAS TF32 (fraction of its speed)"
 chapter.bar("GEMM 4096^3 FP16: pipelined vs cuBLAS FP16 (fraction of its speed)",
             f16_result.ratio("torch.matmul FP16 (cuBLAS)", "pipelined") if workbook.ON_GPU else float("nan"),
             at_least=0.5)
+chapter.bar("conv N=32 C=K=256 56x56 3x3 FP16: tensor cores vs cuDNN FP16 channels last (fraction of its speed)",
+            conv_results["f16"].ratio("cuDNN FP16 channels last", "tensor cores FP16") if workbook.ON_GPU else float("nan"),
+            at_least=0.5)
+chapter.bar("conv N=32 C=K=256 56x56 3x3: tensor cores FP16 vs chapter 04's FP32 implicit GEMM (speed-up)",
+            conv_results["f16"].ratio("chapter 04 FP32 implicit (CUDA cores)", "tensor cores FP16")
+            if workbook.ON_GPU else float("nan"), at_least=5)
 
 # %% [markdown]
 # ## What the numbers mean
@@ -297,6 +419,12 @@ chapter.lesson(
   good part of the run, the warps waiting on the fixed latency of the instruction before, on the
   barrier, and on the copies (`EXPERIMENTS.md` has the counts and the variants tried). Two blocks of
   4 warps share an SM, limited by registers (128 accumulators a thread) and shared memory alike.
+- **The convolution** on tensor cores runs at {conv16:.0f} TFLOP/s in FP16 ({conv16_of:.2f} of
+  cuDNN's {cudnn16:.0f}) and {conv32:.0f} in TF32 ({conv32_of:.2f} of cuDNN's {cudnn32:.0f}), and
+  {conv_vs_fp32:.1f}x chapter 04's FP32 implicit GEMM on the same layer. Channels last, its gather
+  is nothing but 16-byte copies; against the GEMM it pays the integer work of each chunk's address
+  and edge tests (`EXPERIMENTS.md` counts the instructions), and it writes its output in FP32,
+  twice the bytes of cuDNN's FP16 output.
 - **Exactness**: FP16 inputs are what they are, so an FP16 GEMM is exact up to the FP32
   accumulation; TF32 rounds float32 inputs to 10 mantissa bits. Neither is float32 arithmetic: a
   check against a float32 reference must round as the kernel does, or it either fails correct
@@ -318,6 +446,13 @@ chapter.lesson(
     peak32_of=_peak["mma.sync tf32"] / chapter.figure("gemm tf32", "torch.matmul TF32 (cuBLAS)", "tflops"),
     pipe16_of_peak=chapter.figure("gemm f16", "pipelined", "tflops") / _peak["mma.sync f16"],
     pipe32_of_peak=chapter.figure("gemm tf32", "pipelined", "tflops") / _peak["mma.sync tf32"],
+    conv16=chapter.figure("conv f16", "tensor cores FP16", "tflops"),
+    conv32=chapter.figure("conv tf32", "tensor cores TF32", "tflops"),
+    cudnn16=chapter.figure("conv f16", "cuDNN FP16 channels last", "tflops"),
+    cudnn32=chapter.figure("conv tf32", "cuDNN TF32 channels last", "tflops"),
+    conv16_of=chapter.figure("conv f16", "tensor cores FP16", "tflops") / chapter.figure("conv f16", "cuDNN FP16 channels last", "tflops"),
+    conv32_of=chapter.figure("conv tf32", "tensor cores TF32", "tflops") / chapter.figure("conv tf32", "cuDNN TF32 channels last", "tflops"),
+    conv_vs_fp32=chapter.figure("conv N=32 C=K=256 56x56 3x3: tensor cores FP16 vs chapter 04's FP32 implicit GEMM (speed-up)"),
 )
 
 # %%

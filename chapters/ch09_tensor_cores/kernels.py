@@ -9,8 +9,11 @@ modules, in reading order:
     pipelined.py    128x128 block tiles, a 3-stage cp.async pipeline, ldmatrix from swizzled shared
                     memory, 64x64 per warp (K and N multiples of 16 bytes); TF32 multiplies
                     A by B^T, made (and rounded) by a transpose kernel first
+    conv.py         the convolution as an implicit GEMM on the pipelined kernel, channels last:
+                    A's tile gathered from x by cp.async, 16 bytes of channels at a time
 
-gemm() picks the kernel for the precision and the variant, checks the arguments and launches it.
+gemm() picks the kernel for the precision and the variant, checks the arguments and launches it;
+conv2d() does the same for the convolution.
 The instructions themselves are workbook/tensor_cores.py's.
 """
 
@@ -23,11 +26,13 @@ from workbook.inputs import require
 from workbook.memory import aligned
 from workbook.tensor_cores import tensor_cores
 
-from . import naive, pipelined
-from .reference import gemm_reference, operands, tf32_input_error, tolerance
+from chapters.ch04_implicit_gemm.kernels import conv_geometry
 
-__all__ = ["gemm", "KERNELS", "PRECISIONS", "gemm_reference", "operands", "tf32_input_error", "tolerance",
-           "naive", "pipelined"]
+from . import conv, naive, pipelined
+from .reference import conv_as_gemm, conv_reference, gemm_reference, operands, tf32_input_error, tolerance
+
+__all__ = ["gemm", "conv2d", "KERNELS", "PRECISIONS", "conv_as_gemm", "conv_reference", "gemm_reference", "operands",
+           "tf32_input_error", "tolerance", "conv", "naive", "pipelined"]
 
 PRECISIONS = {np.dtype(np.float32): "tf32", np.dtype(np.float16): "f16"}
 KERNELS = {("tf32", "naive"): naive.gemm_tf32_naive, ("f16", "naive"): naive.gemm_f16_naive,
@@ -71,10 +76,7 @@ def gemm(a, b, c, *, variant="pipelined", stream=0):
         raise ValueError(f"the pipelined kernel copies 16-byte chunks (cp.async): K and N must be multiples of "
                          f"{per_chunk} for {np.dtype(a.dtype)}, not K={K}, N={N}. Pad them with zeros, or take "
                          "variant='naive'")
-    for name, array in (("a", a), ("b", b)):
-        if not aligned(array, 16):
-            raise ValueError(f"{name}'s first element is not 16-byte aligned (a view at an odd offset?): cp.async "
-                             "needs it; copy it to a fresh array")
+    _require_aligned(a=a, b=b)
     if precision == "tf32":  # B^T, rounded: its fragments come by ldmatrix as A's do (pipelined.py)
         bt = _scratch((N, K))
         T = pipelined.TRANSPOSE
@@ -82,6 +84,38 @@ def gemm(a, b, c, *, variant="pipelined", stream=0):
         b = bt
     kernel[pipelined.grid_for(M, N), pipelined.THREADS, stream](a, b, c)
     return c
+
+
+def conv2d(x, w, out, *, stride=1, padding=0, dilation=1, stream=0):
+    """out = the convolution of x with w on tensor cores, channels last: x (N, H, W, C), w (K, R, S, C),
+    both float16 (FP16 multiplies) or both float32 (TF32); out (N, P, Q, K) float32. C must be a
+    multiple of 8 (float16) or 4 (float32): a pixel's channels are copied 16 bytes at a time."""
+    x = require(x, "x", dtype=(np.float32, np.float16), ndim=4)
+    w = require(w, "w", dtype=x.dtype, ndim=4)
+    (N, H, W, C), (K, R, S, Cw) = x.shape, w.shape
+    g = conv_geometry((N, C, H, W), (K, Cw, R, S), stride, padding, dilation)
+    out = require(out, "out", dtype=np.float32, shape=(N, g.P, g.Q, K))
+    per_chunk = 16 // x.dtype.itemsize
+    if C % per_chunk:
+        raise ValueError(f"x has C={C} channels: the tensor-core convolution copies 16 bytes of channels at a time, "
+                         f"so C must be a multiple of {per_chunk} for {np.dtype(x.dtype)}. Pad the channels (and "
+                         "w's) with zeros")
+    _require_aligned(x=x, w=w)
+    if ON_GPU:
+        _gpu_has_tensor_cores()
+    M = N * g.P * g.Q
+    kernel = conv.KERNELS[PRECISIONS[np.dtype(x.dtype)]]
+    kernel[conv.grid_for(M, K), pipelined.THREADS, stream](
+        x.reshape(-1), w.reshape(K, -1), out.reshape(M, K), H, W, C, g.P * g.Q, g.Q, S, g.sh, g.sw, g.ph, g.pw,
+        g.dh, g.dw)
+    return out
+
+
+def _require_aligned(**arrays):
+    for name, array in arrays.items():
+        if not aligned(array, 16):
+            raise ValueError(f"{name}'s first element is not 16-byte aligned (a view at an odd offset?): cp.async "
+                             "needs it; copy it to a fresh array")
 
 
 _scratch_buffers = {}

@@ -165,20 +165,25 @@ def gemm_f16_pipelined(a, b, c):
             issue_rows(a, a_s, plan_a, s, s * BK_F16, BK_F16)
             issue_b_f16(b, b_s, plan_b, s, s * BK_F16)
         cp_async_commit()  # a group per step, empty or not, so that the count below stays right
+    cp_async_wait(WAIT_FOR)  # this thread's copies of step 0 have landed ...
+    cuda.syncthreads()  # ... and everyone's
+    f16_fragments(a_s, b_s, 0, 0, lane, wm, wn, a0, b0)  # step 0's first k16 half (BK_F16 = 32: two)
     read, write = 0, STAGES - 1  # the stage this step reads, the stage it refills
     for step in range(steps):
-        cp_async_wait(WAIT_FOR)  # this thread's copies of `step` have landed ...
-        cuda.syncthreads()  # ... and everyone's; and everyone is done with step - 1's stage
-        f16_fragments(a_s, b_s, read, 0, lane, wm, wn, a0, b0)  # BK_F16 = 32: two k16 halves
+        # each half's fragments are loaded while the other half's mma run, across the barrier too
         f16_fragments(a_s, b_s, read, 1, lane, wm, wn, a1, b1)
         f16_multiply(a0, b0, acc)
-        # refill step - 1's stage with a later step, while the first half's mma run
+        # refill step - 1's stage (every warp finished reading it before the last barrier)
         if step + STAGES - 1 < steps:
             issue_rows(a, a_s, plan_a, write, (step + STAGES - 1) * BK_F16, BK_F16)
             issue_b_f16(b, b_s, plan_b, write, (step + STAGES - 1) * BK_F16)
         cp_async_commit()
-        f16_multiply(a1, b1, acc)
+        cp_async_wait(WAIT_FOR)  # step + 1's copies have landed, and every warp is done reading
+        cuda.syncthreads()  # this step's stage (both halves' fragments are in registers)
         read, write = next_stage(read), next_stage(write)
+        if step + 1 < steps:
+            f16_fragments(a_s, b_s, read, 0, lane, wm, wn, a0, b0)  # step + 1's first half
+        f16_multiply(a1, b1, acc)
     store_warp_tile(c, acc, row0 + wm, col0 + wn, lane)
 
 
@@ -239,19 +244,23 @@ def gemm_tf32_pipelined(a, bt, c):
             issue_rows(a, a_s, plan_a, s, s * BK_TF32, BK_TF32)
             issue_rows(bt, bt_s, plan_b, s, s * BK_TF32, BK_TF32)
         cp_async_commit()
+    cp_async_wait(WAIT_FOR)
+    cuda.syncthreads()
+    tf32_fragments(a_s, bt_s, 0, 0, lane, wm, wn, a0, b0)  # BK_TF32 = 16: two k8 halves
     read, write = 0, STAGES - 1
     for step in range(steps):
-        cp_async_wait(WAIT_FOR)
-        cuda.syncthreads()
-        tf32_fragments(a_s, bt_s, read, 0, lane, wm, wn, a0, b0)  # BK_TF32 = 16: two k8 halves
         tf32_fragments(a_s, bt_s, read, 1, lane, wm, wn, a1, b1)
         tf32_multiply(a0, b0, acc)
         if step + STAGES - 1 < steps:
             issue_rows(a, a_s, plan_a, write, (step + STAGES - 1) * BK_TF32, BK_TF32)
             issue_rows(bt, bt_s, plan_b, write, (step + STAGES - 1) * BK_TF32, BK_TF32)
         cp_async_commit()
-        tf32_multiply(a1, b1, acc)
+        cp_async_wait(WAIT_FOR)
+        cuda.syncthreads()
         read, write = next_stage(read), next_stage(write)
+        if step + 1 < steps:
+            tf32_fragments(a_s, bt_s, read, 0, lane, wm, wn, a0, b0)
+        tf32_multiply(a1, b1, acc)
     store_warp_tile(c, acc, row0 + wm, col0 + wn, lane)
 
 

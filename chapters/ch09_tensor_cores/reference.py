@@ -18,13 +18,15 @@ TF32 costs a float32 program (the chapter's "what TF32 rounds away").
 
 import numpy as np
 
+from chapters.ch04_implicit_gemm.kernels import conv_geometry, im2col_reference
 from workbook.tensor_cores import round_tf32
 
 UNIT = 2.0 ** -23  # one float32 unit at 1.0, truncating
 
 
 def operands(a, b, precision):
-    """a and b as the tensor core sees them, in float64: TF32-rounded, or FP16 as stored."""
+    """a and b as the tensor core sees them, in float64: TF32-rounded for "tf32", else as stored
+    (FP16; or "fp32": float32 inputs unrounded, what a CUDA-core kernel multiplies)."""
     if precision == "tf32":
         return round_tf32(a).astype(np.float64), round_tf32(b).astype(np.float64)
     return np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -47,3 +49,19 @@ def tf32_input_error(a, b):
     """max |TF32 product - float32-input product| / max |product|: what rounding the inputs costs."""
     exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
     return float(np.abs(gemm_reference(a, b, "tf32") - exact).max() / max(np.abs(exact).max(), 1e-30))
+
+
+def conv_as_gemm(x, w, stride=1, padding=0, dilation=1):
+    """A convolution of x (N, H, W, C) with w (K, R, S, C), channels last, as the GEMM it is:
+    (A, B, geometry) with A (N*P*Q, C*R*S) the im2col rows and B (C*R*S, K) the filters. The depth's
+    order differs from the kernel's (r, s, c), which changes no sum, so gemm_reference and tolerance
+    hold for the convolution as they are."""
+    x_nchw, w_kcrs = np.transpose(x, (0, 3, 1, 2)), np.transpose(w, (0, 3, 1, 2))
+    g = conv_geometry(x_nchw.shape, w_kcrs.shape, stride, padding, dilation)
+    return im2col_reference(x_nchw, g).T, w_kcrs.reshape(g.K, -1).T, g
+
+
+def conv_reference(x, w, precision, stride=1, padding=0, dilation=1):
+    """The convolution in float64 on the inputs the tensor core multiplies: out (N, P, Q, K)."""
+    a, b, g = conv_as_gemm(x, w, stride, padding, dilation)
+    return gemm_reference(a, b, precision).reshape(g.N, g.P, g.Q, g.K)

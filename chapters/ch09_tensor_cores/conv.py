@@ -1,0 +1,171 @@
+"""The convolution on tensor cores: chapter 04's implicit GEMM, channels last, inside the pipelined GEMM.
+
+With x in NHWC (N, H, W, C) and the filters in KRSC (K, R, S, C), a convolution is the GEMM
+
+    out[(n, p, q), k] = sum over (r, s, c) of  A[(n, p, q), (r, s, c)] * w[k, (r, s, c)]
+    A[(n, p, q), (r, s, c)] = x[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c]   (0 outside the image)
+
+and for one tap (r, s) the C channels of a pixel lie side by side in memory. So when C is a whole
+number of 16-byte chunks, every chunk of A's tile is 16 contiguous bytes of x, or lies wholly in the
+padding: cp.async copies it, or zero-fills it (source bytes 0). That is the whole gather. The rest is
+pipelined.py's FP16/TF32 GEMM: 128x128 block tiles, three stages, swizzled ldmatrix, 64x64 per warp.
+
+- **A (the gather).** A thread copies chunk tid % 4 of rows tid / 4 + 32i of the tile, as plan_rows
+  does. Before its loop it divides once per row, (n, p, q) from the row, and keeps where the pixel's
+  window starts (top, left) and its offset in x. The depth of its chunk, (r, s, c), is a counter
+  advanced by BK a step, with no division in the loop.
+- **B (the filters).** w viewed as (K, R*S*C) is B^T in rows of depth: the same 64-byte-row tile as
+  A, copied by plan_rows/issue_rows and read by ldmatrix without transpose in both precisions (for
+  16-bit data the untransposed 8x8 matrix of B^T is the mma's B fragment, as for 32-bit).
+- **TF32**: both operands rounded in registers (half a TF32 unit added to the bits, pipelined.py).
+- **The output** (N*P*Q, K) is out in NHWC, written by pipelined.store_warp_tile.
+"""
+
+import numpy as np
+from numba import cuda, float32, int32, uint32
+
+from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_f16, mma_tf32
+
+from .pipelined import (BK_F16, BK_TF32, BM, BN, CHUNK_F16, CHUNK_TF32, HALF_TF32_UNIT, MI, NI, STAGES, THREADS,
+                        WAIT_FOR, WM, WN, issue_rows, next_stage, plan_rows, store_warp_tile)
+
+ROWS_A_THREAD = BM * 4 // THREADS  # rows of A's tile a thread copies a chunk of: 4, 32 apart
+OUTSIDE = -(1 << 30)  # a row past M starts its window here: never inside the image
+
+
+def make_conv_kernel(precision):
+    """The implicit-GEMM convolution kernel for "f16" (float16 x and w) or "tf32" (float32)."""
+    f16 = precision == "f16"
+    BK, CHUNK = (BK_F16, CHUNK_F16) if f16 else (BK_TF32, CHUNK_TF32)
+    STAGE = BM * BK  # elements of one stage of a tile (B's tile is BN x BK, BN = BM)
+    TILE_STAGES = STAGES * STAGE
+    shared_type = np.float16 if f16 else np.uint32  # TF32 kept as float32 bits
+    ROUND = uint32(0) if f16 else HALF_TF32_UNIT
+    mma = mma_f16 if f16 else mma_tf32
+    ACCUMULATORS, A_REGISTERS, B_REGISTERS = MI * NI * 4, MI * 4, NI * 2
+
+    @cuda.jit(device=True)
+    def issue_gather(x, a_s, stage, to, start, top, left, depth, H, W, C, dh, dw, inside):
+        """cp.async of this thread's 4 chunks of A's tile at depth (c, s, r) into `stage`: each 16
+        bytes of x at pixel (top + r*dh, left + s*dw), channels c.., or zeros in the padding."""
+        c, s, r = depth
+        dy, dx = r * dh, s * dw
+        shift = int32((dy * W + dx) * C + c)  # x has < 2^31 elements (conv_geometry checks)
+        for i in range(ROWS_A_THREAD):
+            y, v = top[i] + dy, left[i] + dx
+            ok = inside and 0 <= y and y < H and 0 <= v and v < W
+            cp_async16(a_s, stage * STAGE + to + 32 * i * BK, x, start[i] + shift, 16 if ok else 0)
+
+    @cuda.jit(device=True)
+    def advance(depth, C, S):
+        """(c, s, r) one step (BK) deeper: channels first, then the filter's columns, then its rows."""
+        c, s, r = depth
+        c += BK
+        while c >= C:  # once a step when C >= BK
+            c -= C
+            s += 1
+            if s == S:
+                s = 0
+                r += 1
+        return c, s, r
+
+    @cuda.jit(device=True)
+    def fragments(a_s, b_s, stage, kk, lane, wm, wn, frag_a, frag_b):
+        """k slice kk of a stage (k16 FP16, k8 TF32): two chunks of each 64-byte row. A: row
+        wm + 16i + lane % 16, chunk 2kk + lane / 16. B^T, two n8 tiles a load: row wn + 8j +
+        8 (lane / 16) + lane % 8, chunk 2kk + (lane / 8) % 2. Both swizzled by the row's bits 1-2."""
+        high, swizzle = lane // 16, ((lane % 16) >> 1) & 3
+        a_at = stage * STAGE + (wm + lane % 16) * BK + ((2 * kk + high) ^ swizzle) * CHUNK
+        for i in range(MI):
+            regs = ldmatrix_x4(a_s, a_at + 16 * i * BK)
+            for q in range(4):
+                frag_a[4 * i + q] = regs[q] + ROUND
+        n = wn + 8 * high + lane % 8
+        b_at = stage * STAGE + n * BK + ((2 * kk + (lane // 8) % 2) ^ (((lane % 8) >> 1) & 3)) * CHUNK
+        for j in range(0, NI, 2):
+            regs = ldmatrix_x4(b_s, b_at + 8 * j * BK)
+            for q in range(4):
+                frag_b[2 * j + q] = regs[q] + ROUND
+
+    @cuda.jit(device=True)
+    def multiply(frag_a, frag_b, acc):
+        for i in range(MI):
+            for j in range(NI):
+                base = (i * NI + j) * 4
+                d = mma((frag_a[4 * i], frag_a[4 * i + 1], frag_a[4 * i + 2], frag_a[4 * i + 3]),
+                        (frag_b[2 * j], frag_b[2 * j + 1]), (acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
+                for q in range(4):
+                    acc[base + q] = d[q]
+
+    @cuda.jit
+    def conv_implicit(x, wt, out, H, W, C, PQ, Q, S, sh, sw, ph, pw, dh, dw):
+        """out (N*P*Q, K) = the convolution of x (N*H*W*C, flat, NHWC) with wt (K, R*S*C) (KRSC)."""
+        M, KD = out.shape[0], wt.shape[1]
+        a_s = cuda.shared.array(TILE_STAGES, shared_type)
+        b_s = cuda.shared.array(TILE_STAGES, shared_type)
+        acc = cuda.local.array(ACCUMULATORS, float32)
+        a0, a1 = cuda.local.array(A_REGISTERS, uint32), cuda.local.array(A_REGISTERS, uint32)
+        b0, b1 = cuda.local.array(B_REGISTERS, uint32), cuda.local.array(B_REGISTERS, uint32)
+        for i in range(ACCUMULATORS):
+            acc[i] = 0
+        tid = cuda.threadIdx.x
+        warp, lane = tid // 32, tid % 32
+        wm, wn = warp // (BN // WN) * WM, warp % (BN // WN) * WN
+        row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+        steps = (KD + BK - 1) // BK
+
+        # this thread's rows of A's tile, divided once: where each pixel's window starts, and its
+        # offset in x (of channel 0 at that corner: outside the image, never read there)
+        start = cuda.local.array(ROWS_A_THREAD, int32)
+        top = cuda.local.array(ROWS_A_THREAD, int32)
+        left = cuda.local.array(ROWS_A_THREAD, int32)
+        row, chunk = tid // 4, tid % 4
+        for i in range(ROWS_A_THREAD):
+            m = row0 + row + 32 * i
+            n = m // PQ
+            p = (m - n * PQ) // Q
+            q = m - n * PQ - p * Q
+            top[i] = p * sh - ph if m < M else OUTSIDE
+            left[i] = q * sw - pw
+            start[i] = ((n * H + top[i]) * W + left[i]) * C
+        to = (row * 4 + (chunk ^ ((row >> 1) & 3))) * CHUNK  # swizzled as plan_rows swizzles
+        col = chunk * CHUNK  # the chunk's first column in a step
+        tap = col // C  # its depth (c, s, r) in the first step
+        depth = (col - tap * C, tap % S, tap // S)
+        plan_b = plan_rows(wt, tid, col0, CHUNK)
+
+        for s in range(STAGES - 1):  # the prologue: the first steps' copies in flight
+            if s < steps:
+                issue_gather(x, a_s, s, to, start, top, left, depth, H, W, C, dh, dw, s * BK + col < KD)
+                issue_rows(wt, b_s, plan_b, s, s * BK, BK)
+                depth = advance(depth, C, S)
+            cp_async_commit()
+        cp_async_wait(WAIT_FOR)
+        cuda.syncthreads()
+        fragments(a_s, b_s, 0, 0, lane, wm, wn, a0, b0)
+        read, write = 0, STAGES - 1  # the main loop is pipelined.gemm_f16_pipelined's
+        for step in range(steps):
+            fragments(a_s, b_s, read, 1, lane, wm, wn, a1, b1)
+            multiply(a0, b0, acc)
+            k0 = (step + STAGES - 1) * BK
+            if k0 < KD:
+                issue_gather(x, a_s, write, to, start, top, left, depth, H, W, C, dh, dw, k0 + col < KD)
+                issue_rows(wt, b_s, plan_b, write, k0, BK)
+                depth = advance(depth, C, S)
+            cp_async_commit()
+            cp_async_wait(WAIT_FOR)
+            cuda.syncthreads()
+            read, write = next_stage(read), next_stage(write)
+            if step + 1 < steps:
+                fragments(a_s, b_s, read, 0, lane, wm, wn, a0, b0)
+            multiply(a1, b1, acc)
+        store_warp_tile(out, acc, row0 + wm, col0 + wn, lane)
+
+    return conv_implicit
+
+
+KERNELS = {precision: make_conv_kernel(precision) for precision in ("f16", "tf32")}
+
+
+def grid_for(M, K):
+    return ((K + BN - 1) // BN, (M + BM - 1) // BM)
