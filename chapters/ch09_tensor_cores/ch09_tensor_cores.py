@@ -493,6 +493,8 @@ exercises.show("ch09.3")
 # 4. **Keep B transposed**: a linear layer stores its weights as (out, in), which is B^T already.
 #    Time the TF32 kernel without its transpose, against `torch.matmul(a, bt.T)`.
 # 5. **Split-K** for a GEMM with a small M·N and a long K (chapter 04's schedule.py), on tensor cores.
+# 6. **The convolution's output in FP16**: cuDNN writes half the bytes the kernel writes. Round the
+#    accumulators in `store_warp_tile` (`pack_f16x2`), and time the layer again.
 #
 # ## References
 # - NVIDIA, *PTX ISA*: `mma` (the m16n8k8 and m16n8k16 fragment layouts), `ldmatrix`, `cp.async`,

@@ -24,10 +24,11 @@ pipelined.py's FP16/TF32 GEMM: 128x128 block tiles, three stages, swizzled ldmat
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_f16, mma_tf32
+from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4
 
 from .pipelined import (BK_F16, BK_TF32, BM, BN, CHUNK_F16, CHUNK_TF32, HALF_TF32_UNIT, MI, NI, STAGES, THREADS,
-                        WAIT_FOR, WM, WN, issue_rows, next_stage, plan_rows, store_warp_tile)
+                        WAIT_FOR, WM, WN, f16_multiply, issue_rows, next_stage, plan_rows, store_warp_tile,
+                        tf32_multiply)
 
 ROWS_A_THREAD = BM * 4 // THREADS  # rows of A's tile a thread copies a chunk of: 4, 32 apart
 OUTSIDE = -(1 << 30)  # a row past M starts its window here: never inside the image
@@ -41,7 +42,7 @@ def make_conv_kernel(precision):
     TILE_STAGES = STAGES * STAGE
     shared_type = np.float16 if f16 else np.uint32  # TF32 kept as float32 bits
     ROUND = uint32(0) if f16 else HALF_TF32_UNIT
-    mma = mma_f16 if f16 else mma_tf32
+    multiply = f16_multiply if f16 else tf32_multiply  # the GEMM's: acc += A fragments x B fragments
     ACCUMULATORS, A_REGISTERS, B_REGISTERS = MI * NI * 4, MI * 4, NI * 2
 
     @cuda.jit(device=True)
@@ -86,16 +87,6 @@ def make_conv_kernel(precision):
             regs = ldmatrix_x4(b_s, b_at + 8 * j * BK)
             for q in range(4):
                 frag_b[2 * j + q] = regs[q] + ROUND
-
-    @cuda.jit(device=True)
-    def multiply(frag_a, frag_b, acc):
-        for i in range(MI):
-            for j in range(NI):
-                base = (i * NI + j) * 4
-                d = mma((frag_a[4 * i], frag_a[4 * i + 1], frag_a[4 * i + 2], frag_a[4 * i + 3]),
-                        (frag_b[2 * j], frag_b[2 * j + 1]), (acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
-                for q in range(4):
-                    acc[base + q] = d[q]
 
     @cuda.jit
     def conv_implicit(x, wt, out, H, W, C, PQ, Q, S, sh, sw, ph, pw, dh, dw):
