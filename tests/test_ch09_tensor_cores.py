@@ -141,3 +141,70 @@ def test_conv_wrapper_names_what_is_wrong():
         k.conv2d(dev((1, 2, 2, 8)), dev((8, 3, 3, 8)), dev((1, 1, 1, 8), np.float32))
     with pytest.raises(ValueError, match="16-byte aligned"):
         k.conv2d(dev((129,))[1:].reshape(1, 4, 4, 8), dev((8, 3, 3, 8)), dev((1, 2, 2, 8), np.float32))
+
+
+# wgmma (wgmma.py): on a GPU only on an H100 (compute capability 9.0); everywhere in the simulator.
+def _has_wgmma():
+    if not workbook.ON_GPU:
+        return True
+    from numba import cuda as real
+
+    return tuple(real.get_current_device().compute_capability) == (9, 0)
+
+
+needs_wgmma = pytest.mark.skipif(not _has_wgmma(), reason="wgmma needs an H100 (compute capability 9.0)")
+WGMMA_REFERENCE = {"f16": "f16", "tf32": "tf32-truncated"}
+WGMMA_CASES = [(1, 8, 8), (31, 136, 40), (129, 17, 72), workbook.size(gpu=(1031, 1000, 520), sim=(130, 136, 136))]
+
+
+@needs_wgmma
+@pytest.mark.parametrize("case", WGMMA_CASES, ids=str)
+@pytest.mark.parametrize("precision", DTYPES)
+def test_wgmma_gemm_bt(precision, case):
+    m, n, kd = case
+    rng = np.random.default_rng(8)
+    a, bt = (rng.standard_normal(s).astype(DTYPES[precision]) for s in ((m, kd), (n, kd)))
+    a[m // 2, 0] = np.nan  # one row of C NaN, and only that one
+    c = cuda.to_device(np.full((m, n), 7.0, np.float32))
+    k.gemm_bt(cuda.to_device(a), cuda.to_device(bt), c)
+    ref, tol = k.gemm_reference(a, bt.T, WGMMA_REFERENCE[precision]), k.tolerance(a, bt.T, WGMMA_REFERENCE[precision])
+    out = c.copy_to_host()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    assert_close(np.nan_to_num(out), np.nan_to_num(ref).astype(np.float32), rtol=0,
+                 atol=float(np.nan_to_num(tol).max()), name=f"gemm_bt {precision}")
+
+
+@needs_wgmma
+@pytest.mark.parametrize("case", CONV_CASES[1:3] + CONV_CASES[4:], ids=str)
+@pytest.mark.parametrize("precision", DTYPES)
+def test_wgmma_conv(precision, case):
+    x_shape, w_shape, stride, padding, dilation = case
+    rng = np.random.default_rng(9)
+    x, w = (rng.standard_normal(s).astype(DTYPES[precision]) for s in (x_shape, w_shape))
+    a, b, g = k.conv_as_gemm(x, w, stride, padding, dilation)
+    out = cuda.to_device(np.full((g.N, g.P, g.Q, g.K), 7.0, np.float32))
+    k.conv2d(cuda.to_device(x), cuda.to_device(w), out, stride=stride, padding=padding, dilation=dilation,
+             variant="wgmma")
+    ref = k.conv_reference(x, w, WGMMA_REFERENCE[precision], stride, padding, dilation)
+    assert_close(out, ref.astype(np.float32), rtol=0, atol=float(k.tolerance(a, b, WGMMA_REFERENCE[precision]).max()),
+                 name=f"conv2d wgmma {precision}")
+
+
+def test_wgmma_tf32_truncates_where_the_rounded_reference_differs():
+    """A value halfway between two TF32 values: cvt.rna rounds it up, wgmma's read truncates it."""
+    from workbook.tensor_cores import round_tf32, truncate_tf32
+
+    half_up = np.array([1 + 2.0 ** -11], np.float32)  # exactly half a TF32 unit above 1
+    assert round_tf32(half_up)[0] == 1 + 2.0 ** -10 and truncate_tf32(half_up)[0] == 1.0
+
+
+def test_wgmma_wrapper_names_what_is_wrong():
+    def dev(shape, dtype=np.float16):
+        return cuda.to_device(np.zeros(shape, dtype))
+
+    with pytest.raises(ValueError, match="same number of columns"):
+        k.gemm_bt(dev((8, 16)), dev((8, 24)), dev((8, 8), np.float32))
+    with pytest.raises(ValueError, match="multiple of 8"):
+        k.gemm_bt(dev((8, 12)), dev((8, 12)), dev((8, 8), np.float32))
+    with pytest.raises(ValueError, match="variant must be"):
+        k.conv2d(dev((1, 4, 4, 8)), dev((8, 3, 3, 8)), dev((1, 2, 2, 8), np.float32), variant="wmma")

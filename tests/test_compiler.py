@@ -156,3 +156,17 @@ def test_tensor_core_convolution_gathers_with_cp_async_and_compiles_for_sm_90():
         assert ptx.count(f"mma.sync.aligned.{mma}") == 2 * 32
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and ".trans" not in ptx  # B^T: no transpose
         assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group 1" in ptx
+
+
+@needs_compiler
+def test_wgmma_kernels_compile_for_sm_90a_alone():
+    from chapters.ch09_tensor_cores import pipelined, wgmma
+    from workbook import compiler
+
+    gemm, conv = wgmma.KERNELS["f16"]
+    assert compiler.ccs_for(gemm.py_func if hasattr(gemm, "py_func") else gemm.fn) == (compiler.SM_90A,)
+    assert compiler.ccs_for(pipelined.gemm_f16_pipelined.py_func) == compiler.CCS  # mma.sync: 9.0 and 7.5
+    a = np.zeros((130, 72), np.float16)
+    ptx = workbook.show_ptx(gemm, a, a, np.zeros((130, 130), np.float32), grep=r"wgmma|\.target|fence\.proxy")
+    assert ".target sm_90a" in ptx and ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") == 4
+    assert "wgmma.wait_group.sync.aligned 0" in ptx and "fence.proxy.async.shared::cta" in ptx

@@ -354,3 +354,27 @@ def test_half_a_unit_then_truncation_is_rounding_for_finite_values():
                         np.array([0, -0.0, 1e-40, 3.3e38], np.float32)]).astype(np.float32)
     added = (x.view(np.uint32) + np.uint32(0x1000)).view(np.float32)
     np.testing.assert_array_equal(tc.truncate_tf32(added).view(np.uint32), tc.round_tf32(x).view(np.uint32))
+
+
+def test_the_128_byte_swizzle_and_its_descriptor():
+    """tensor_cores' models of wgmma's shared layout: the swizzle permutes the 16-byte units of each
+    128-byte row by the row's place in its 1024-byte atom, and a descriptor holds what it says."""
+    from workbook.tensor_cores import decode_descriptor, shared_descriptor, swizzle128
+
+    for row in range(16):
+        units = [(swizzle128(1024 * 3 + 128 * row + 16 * u) - 1024 * 3 - 128 * row) // 16 for u in range(8)]
+        assert units == [u ^ (row % 8) for u in range(8)]
+    fields = decode_descriptor(shared_descriptor(0x4A40))
+    assert fields == {"start": 0x4A40, "leading": 16, "stride": 1024, "base_offset": 0, "layout": 1}
+
+
+def test_wgmma_accumulators_are_mma_c_tiles_side_by_side():
+    from workbook.tensor_cores import fragment_coordinates, wgmma_coordinates
+
+    where = wgmma_coordinates()
+    assert sorted(map(tuple, where.reshape(-1, 2))) == [(r, c) for r in range(64) for c in range(128)]  # each once
+    c = fragment_coordinates("f16")["c"]  # (32 lanes, 4, 2)
+    for tid in (0, 37, 127):
+        w, lane = tid // 32, tid % 32
+        for j in (0, 15):
+            np.testing.assert_array_equal(where[tid, 4 * j:4 * j + 4], c[lane] + [16 * w, 8 * j])

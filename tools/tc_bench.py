@@ -1,7 +1,7 @@
 """Development bench for chapter 09 on a GPU: correctness at 4096^3 and TFLOP/s of each kernel beside
 cuBLAS (torch.matmul) and chapter 04's FP32 GEMM, interleaved, CUDA events. Prints; stores nothing.
 
-    python tools/tc_bench.py [size] [repeats]
+    python tools/tc_bench.py [size] [repeats] [caps] [ceiling] [wgmma]
 """
 import sys
 
@@ -51,14 +51,23 @@ if "ceiling" in sys.argv:  # mma.sync alone (chapters/ch09_tensor_cores/ceiling.
             name = f"ceiling {precision} {warps}w"
             variants[name] = lambda kern=kern, blocks=blocks, warps=warps: kern[blocks, 32 * warps](sink, LOOPS)
             flops_of[name] = ceiling.flops(precision, blocks, 32 * warps, LOOPS)
+if "wgmma" in sys.argv:  # C = A @ B^T on wgmma (chapters/ch09_tensor_cores/wgmma.py), and cuBLAS on the same
+    dbt32, dbt16 = cuda.to_device(np.ascontiguousarray(b32.T)), cuda.to_device(np.ascontiguousarray(b32.T.astype(np.float16)))
+    tbt32, tbt16 = (torch.as_tensor(x, device="cuda") for x in (dbt32, dbt16))
+    outs["w32"], outs["w16"] = cuda.device_array((n, n), np.float32), cuda.device_array((n, n), np.float32)
+    variants["tf32 wgmma A@Bt"] = lambda: k.gemm_bt(da32, dbt32, outs["w32"])
+    variants["f16 wgmma A@Bt"] = lambda: k.gemm_bt(da16, dbt16, outs["w16"])
+    variants["torch tf32 A@Bt"] = lambda: torch.matmul(ta32, tbt32.T)
+    variants["torch f16 A@Bt"] = lambda: torch.matmul(ta16, tbt16.T)
 torch.backends.cuda.matmul.allow_tf32 = True
 variants["torch tf32"] = lambda: torch.matmul(ta32, tb32)
 variants["torch f16"] = lambda: torch.matmul(ta16, tb16)
 for f in variants.values():
     f()
 cuda.synchronize()
-for name, ref in (("tf32", exact), ("tf32n", exact), ("f16", exact16), ("f16n", exact16), ("fp32", exact)):
-    if name.endswith("n") and n > 4096:
+for name, ref in (("tf32", exact), ("tf32n", exact), ("f16", exact16), ("f16n", exact16), ("fp32", exact),
+                  ("w32", exact), ("w16", exact16)):
+    if (name.endswith("n") and n > 4096) or name not in outs:
         continue
     got = torch.as_tensor(outs[name], device="cuda").double()
     print(f"{name}: max |err| / max |ref| = {float((got - ref).abs().max() / ref.abs().max()):.3e}")

@@ -43,6 +43,9 @@ from pathlib import Path
 # The H100 the workbook is measured on, and the T4 of free hosted notebooks (7.5: the oldest GPU that
 # CUDA 13 still supports).
 CCS = ((9, 0), (7, 5))
+# A kernel that uses wgmma (workbook/tensor_cores.py) is compiled for the H100's architecture-specific
+# target alone: no other GPU has the instruction, and ptxas rejects it for plain sm_90.
+SM_90A = (9, 0, "a")
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "compile-cache"
 CACHE_FORMAT = 3  # bump when what a cached answer holds changes
@@ -219,7 +222,7 @@ def _ptx_facts(ptx, cc):
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as handle:
         handle.write(ptx)
     try:
-        done = subprocess.run([ptxas, f"-arch=sm_{cc[0]}{cc[1]}", "-v", handle.name, "-o", os.devnull],
+        done = subprocess.run([ptxas, f"-arch={_arch(cc)}", "-v", handle.name, "-o", os.devnull],
                               capture_output=True, text=True, timeout=120)
     finally:
         os.unlink(handle.name)
@@ -227,11 +230,25 @@ def _ptx_facts(ptx, cc):
     if done.returncode and "error" in text:  # inline PTX (workbook/tensor_cores.py) that ptxas rejects
         from numba.core.errors import NumbaError
 
-        raise NumbaError(f"ptxas -arch=sm_{cc[0]}{cc[1]} rejects the kernel's PTX: {text.strip()[:2000]}")
+        raise NumbaError(f"ptxas -arch={_arch(cc)} rejects the kernel's PTX: {text.strip()[:2000]}")
     registers = re.findall(r"Used (\d+) registers", text)
     spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)]
     return {"registers": max(map(int, registers)) if registers else None,
             "spill_bytes": max(spills) if spills else None}
+
+
+def _arch(cc):
+    return "sm_" + "".join(str(part) for part in cc)
+
+
+def ccs_for(fn):
+    """The capabilities a kernel is compiled for: sm_90a alone if it (or a device function it calls)
+    uses wgmma, else CCS."""
+    for value in _names_seen_by(fn).values():
+        if (getattr(value, "__module__", "") == "workbook.tensor_cores"
+                and getattr(value, "__name__", "").startswith("wgmma_")):
+            return (SM_90A,)
+    return CCS
 
 
 def _ptxas():
@@ -263,7 +280,7 @@ def _compile_one(payload, argtypes, ccs):
     dispatcher.get_current_device = lambda: _NoDevice
     results = []
     for cc, ptx in zip(ccs, _ptx_for_each(payload, argtypes, ccs)):
-        facts = {"cc": f"{cc[0]}.{cc[1]}", "ptx_lines": ptx.count("\n"), "ptx": ptx}
+        facts = {"cc": f"{cc[0]}.{cc[1]}{''.join(cc[2:])}", "ptx_lines": ptx.count("\n"), "ptx": ptx}
         if cc == ccs[0]:
             facts.update(_ptx_facts(ptx, cc))
         results.append(facts)
@@ -364,7 +381,8 @@ class Compiler:
             except Exception as error:  # noqa: BLE001  (the compile cannot run: not the kernel's fault)
                 answer = self.seen[key] = {"ok": None, "error": f"{type(error).__name__}: {error}"}
                 return lambda: answer
-            digest = hashlib.sha256(payload + repr((argtypes, CCS, CACHE_FORMAT)).encode()
+            ccs = ccs_for(kernel.fn)
+            digest = hashlib.sha256(payload + repr((argtypes, ccs, CACHE_FORMAT)).encode()
                                     + _sources_by_name(kernel.fn)).hexdigest()
             cached = CACHE / f"{digest}.json"
             if cached.exists():
@@ -377,7 +395,7 @@ class Compiler:
                 if key in self.seen:
                     return self.seen[key]
                 worker = self._worker()
-                _send(worker.stdin, (payload, argtypes, CCS))
+                _send(worker.stdin, (payload, argtypes, ccs))
                 answer = _receive(worker.stdout)
                 if answer is None:
                     raise RuntimeError("the compile worker died; run `python -m workbook compile` to see why")
@@ -560,12 +578,13 @@ def ptx(kernel, argtypes, cc=CCS[0]):
         if reason:
             raise RuntimeError(f"cannot compile here: {reason}")
         _compiler = Compiler()
-    if tuple(cc) not in CCS:
-        raise ValueError(f"compute capability {cc}: the workbook compiles for {CCS} only")
+    ccs = ccs_for(kernel.fn)
+    if tuple(cc) not in ccs and not (ccs == (SM_90A,) and tuple(cc) == CCS[0]):
+        raise ValueError(f"compute capability {cc}: this kernel is compiled for {ccs} only")
     answer = _compiler.compile(kernel, tuple(argtypes))
     if answer["ok"] is None:
         raise RuntimeError(f"could not compile here: {answer['error']}")
     if not answer["ok"]:
         raise GPUCompileError(answer["error"])
-    return answer["targets"][CCS.index(tuple(cc))]["ptx"]
+    return answer["targets"][0 if ccs == (SM_90A,) else ccs.index(tuple(cc))]["ptx"]
 

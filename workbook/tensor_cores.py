@@ -30,6 +30,30 @@ llvmlite). What a kernel gets:
     cp_async_wait(n)           cp.async.wait_group n: wait until at most n committed groups are still
                                in flight (n a constant); cp_async_wait(0) waits for all of them
 
+On an H100 (sm_90a, "architecture-accelerated": a kernel using these is compiled for sm_90a only,
+see wgmma_compile), the warpgroup MMA reads A and B straight from shared memory:
+
+    wgmma_f16(acc, da, db)     wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 (tf32: m64n128k8):
+    wgmma_tf32(acc, da, db)    acc (a local float32 array of 64) += A (64 x 16 halves / 8 floats) @
+                               B^T's rows (128 of them, same depth), the 4 warps of a warpgroup (128
+                               threads) together; A and B^T K-major in shared memory, described by
+                               da and db (shared_descriptor). Asynchronous: acc is written, and the
+                               tiles may be read, until the wgmma_wait that covers it
+    wgmma_fence()              wgmma.fence: before a warpgroup's first wgmma on registers that other
+                               instructions wrote (each step, as CUTLASS does)
+    wgmma_commit()             wgmma.commit_group: close the group of wgmma issued since the last
+    wgmma_wait(n)              wgmma.wait_group n: at most n groups still running (n a constant)
+    fence_proxy_async()        fence.proxy.async.shared::cta: this thread's earlier shared-memory writes
+                               (cp.async's, once waited for) made visible to wgmma's reads
+    shared_address(s, i)       the shared-memory address of s[i] (uint32), for a descriptor
+
+    wgmma's accumulators: warp w of the warpgroup holds rows 16w + g and 16w + g + 8 of the 64 x 128
+    tile, acc[4j + q] at columns 8j + 2t + q % 2 (q < 2: row 16w + g; q >= 2: row 16w + g + 8), with
+    g = lane // 4, t = lane % 4: mma's C layout, sixteen n8 tiles side by side.
+    The tiles' layout this workbook uses is the 128-byte swizzle (descriptor layout type 1): rows of
+    128 bytes, 16-byte unit u of row r stored at unit u ^ (r % 8), in atoms of 8 rows (1024 bytes,
+    1024-aligned); a descriptor's start steps 32 bytes along a row per instruction.
+
 Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k8 / m16n8k16"), with g = lane // 4 and
 t = lane % 4:
 
@@ -105,6 +129,65 @@ def fragment_coordinates(kind):
 
 
 MMA_SHAPES = {"tf32": (16, 8, 8), "f16": (16, 8, 16), "bf16": (16, 8, 16)}  # (M, N, K)
+WGMMA_SHAPES = {"tf32": (64, 128, 8), "f16": (64, 128, 16)}  # (M, N, K): 32 bytes of depth either way
+WGMMA_ACCUMULATORS = 64  # a thread's share of the 64 x 128 tile
+SWIZZLE_ROW, SWIZZLE_ATOM = 128, 1024  # bytes: a row of the 128-byte swizzle, 8 rows of it
+
+
+def swizzle128(address):
+    """Where the 128-byte swizzle puts a byte address: its 16-byte unit (bits 4-6) XOR its row within
+    the 1024-byte atom (bits 7-9)."""
+    return address ^ (((address >> 7) & 7) << 4)
+
+
+def shared_descriptor(address, stride=SWIZZLE_ATOM):
+    """wgmma's 64-bit matrix descriptor of a K-major tile in the 128-byte swizzle starting at `address`
+    (bytes, shared memory): start >> 4 in bits 0-13, leading offset (unused by this layout, 1) in
+    16-29, stride to the next 8 rows >> 4 in 32-45, base offset 0, layout type 1 in bits 62-63."""
+    address = int(address)  # a uint32 from shared_address; a kernel compiles this function too
+    return ((address >> 4) & 0x3FFF) | (1 << 16) | ((stride >> 4) << 32) | (1 << 62)
+
+
+def decode_descriptor(descriptor):
+    """A descriptor's fields, in bytes where they are addresses or offsets."""
+    descriptor = int(descriptor)
+    return {"start": (descriptor & 0x3FFF) << 4, "leading": ((descriptor >> 16) & 0x3FFF) << 4,
+            "stride": ((descriptor >> 32) & 0x3FFF) << 4, "base_offset": (descriptor >> 49) & 7,
+            "layout": descriptor >> 62}
+
+
+def wgmma_coordinates():
+    """(128, 64, 2) array: for thread t of a warpgroup and accumulator i, the (row, column) of the 64 x
+    128 tile it holds."""
+    out = np.zeros((128, WGMMA_ACCUMULATORS, 2), int)
+    for tid in range(128):
+        w, lane = tid // 32, tid % 32
+        g, t = lane // 4, lane % 4
+        for i in range(WGMMA_ACCUMULATORS):
+            j, q = i // 4, i % 4
+            out[tid, i] = (16 * w + g + 8 * (q // 2), 8 * j + 2 * t + q % 2)
+    return out
+
+
+def wgmma_compile(kernel, argtypes, shared_bytes=0):
+    """On a GPU: compile `kernel` for `argtypes` as sm_90a (wgmma needs it), and let it have
+    `shared_bytes` of dynamic shared memory (past 48 KB a kernel must ask). numba compiles for the
+    GPU's capability, 9.0; its FORCE_CUDA_CC, set only around this compile (and the cubin it
+    builds), asks NVVM for compute_90a. Later launches with these argument types find the kernel."""
+    from numba.cuda import config
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    saved = config.FORCE_CUDA_CC
+    config.FORCE_CUDA_CC = (9, 0, "a")
+    try:
+        compiled = kernel.compile(tuple(argtypes))
+        function = compiled._codelibrary.get_cufunc()  # the PTX and cubin now, while compute_90a is asked for
+    finally:
+        config.FORCE_CUDA_CC = saved
+    if shared_bytes > 48 * 1024:
+        attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        driver.cuKernelSetAttribute(attribute, shared_bytes, function.handle, function.device.id)
+    return compiled
 
 if MODE != "sim":  # a GPU, or the compile worker: the real instructions
     from llvmlite import ir
@@ -243,21 +326,83 @@ if MODE != "sim":  # a GPU, or the compile worker: the real instructions
 
         return types.none(), codegen
 
+    def _make_wait(instruction):
+        def wait(typingctx, n):
+            if not isinstance(n, types.IntegerLiteral):  # PTX takes the count as an immediate
+                return None
+            groups = n.literal_value
+
+            def codegen(context, builder, signature, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), f"{instruction} {groups};", "~{memory}",
+                                   side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return types.none(n), codegen
+
+        return wait
+
+    cp_async_wait = intrinsic(_make_wait("cp.async.wait_group"))
+
+    _WGMMA = {"f16": "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{outs}}}, $64, $65, 1, 1, 1, 0, 0;",
+              "tf32": "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {{{outs}}}, $64, $65, 1, 1, 1;"}
+
+    def _make_wgmma(kind):
+        def wgmma(typingctx, acc, desc_a, desc_b):
+            if not (isinstance(acc, types.Array) and acc.dtype == types.float32 and acc.ndim == 1
+                    and isinstance(desc_a, types.Integer) and isinstance(desc_b, types.Integer)):
+                return None
+
+            def codegen(context, builder, signature, args):
+                a_type, da_type, db_type = signature.args
+                data = context.make_array(a_type)(context, builder, args[0]).data
+                slots = [builder.gep(data, [ir.Constant(ir.IntType(64), i)]) for i in range(WGMMA_ACCUMULATORS)]
+                values = [builder.load(slot) for slot in slots]  # a local array: registers, once LLVM is done
+                n = WGMMA_ACCUMULATORS
+                text = _WGMMA[kind].format(outs=",".join(f"${i}" for i in range(n)))
+                constraints = ",".join(["=f"] * n + ["l", "l"] + [str(i) for i in range(n)]) + ",~{memory}"
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_f32] * n), [ir.IntType(64)] * 2 + [_f32] * n),
+                                   text, constraints, side_effect=True)
+                descriptors = [context.cast(builder, v, t, types.uint64) for v, t in ((args[1], da_type), (args[2], db_type))]
+                out = builder.call(asm, descriptors + values)
+                for i in range(n):
+                    builder.store(builder.extract_value(out, i), slots[i])
+                return context.get_dummy_value()
+
+            return types.none(acc, desc_a, desc_b), codegen
+
+        return wgmma
+
+    wgmma_f16, wgmma_tf32 = intrinsic(_make_wgmma("f16")), intrinsic(_make_wgmma("tf32"))
+
+    def _make_fixed(text):
+        def fixed(typingctx):
+            def codegen(context, builder, signature, args):
+                builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True), [])
+                return context.get_dummy_value()
+
+            return types.none(), codegen
+
+        return fixed
+
+    wgmma_fence = intrinsic(_make_fixed("wgmma.fence.sync.aligned;"))
+    wgmma_commit = intrinsic(_make_fixed("wgmma.commit_group.sync.aligned;"))
+    fence_proxy_async = intrinsic(_make_fixed("fence.proxy.async.shared::cta;"))
+
+    wgmma_wait = intrinsic(_make_wait("wgmma.wait_group.sync.aligned"))
+
     @intrinsic
-    def cp_async_wait(typingctx, n):
-        if not isinstance(n, types.IntegerLiteral):  # PTX takes the count as an immediate
+    def shared_address(typingctx, array, index):
+        if not _array_ok(array, index):
             return None
-        groups = n.literal_value
 
         def codegen(context, builder, signature, args):
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), f"cp.async.wait_group {groups};", "~{memory}",
-                               side_effect=True)
-            builder.call(asm, [])
-            return context.get_dummy_value()
+            return _address(context, builder, signature.args[0], args[0], args[1], signature.args[1], 3)
 
-        return types.none(n), codegen
+        return types.uint32(array, index), codegen
 
 else:  # the simulator
-    from .simulator.tensor_ops import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x1,  # noqa: F401
-                                       ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4,
-                                       ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_f16x2, to_tf32)
+    from .simulator.tensor_ops import (cp_async16, cp_async_commit, cp_async_wait, fence_proxy_async,  # noqa: F401
+                                       ldmatrix_x1, ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4,
+                                       ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_f16x2, shared_address,
+                                       to_tf32, wgmma_commit, wgmma_f16, wgmma_fence, wgmma_tf32, wgmma_wait)

@@ -264,6 +264,66 @@ else:
 chapter.record("mma.sync ceiling (TFLOP/s)", peak)
 
 # %% [markdown]
+# ## On an H100: wgmma
+#
+# mma.sync is the A100's instruction. The H100 has its own, and cuBLAS uses it: `wgmma.mma_async`.
+# A *warpgroup* (4 warps) multiplies a 64-row tile of A by a 128-column tile of Bᵀ straight from
+# shared memory, described by 64-bit descriptors, into 64 accumulators a thread, asynchronously:
+# issue, commit, and wait later. No ldmatrix, no fragments: between two wgmma a warp only copies
+# and waits. What it asks in return is its own shared layout, the 128-byte swizzle (rows of 128
+# bytes, 16-byte unit u of row r at u ^ (r % 8), 1024-byte atoms), and both tiles K-major: the
+# kernel multiplies A by Bᵀ, which a linear layer's weights already are. `wgmma.py` has the GEMM
+# and the convolution; in the simulator each thread computes its own 64 accumulators from the
+# tiles its descriptors point at, when the wait runs.
+
+# %%
+from chapters.ch09_tensor_cores import wgmma
+
+workbook.show(wgmma.make_kernels)
+HAS_WGMMA = not workbook.ON_GPU or tuple(cuda.get_current_device().compute_capability) == (9, 0)
+print("wgmma here:", HAS_WGMMA)
+
+# %% [markdown]
+# The same 4096³ products, Bᵀ made once beforehand, against cuBLAS on the same operation
+# (`torch.matmul(a, bt.T)`) and the pipelined mma.sync kernel (A·B), same run. wgmma reads TF32
+# from shared memory and drops the low 13 bits, with no register pass to round them: its TF32 is
+# truncated, and so is its reference (`"tf32-truncated"`), within the same derived tolerance.
+
+# %%
+d_bt32, d_bt16 = cuda.to_device(np.ascontiguousarray(b32.T)), cuda.to_device(np.ascontiguousarray(b16.T))
+t_bt32, t_bt16 = bench.torch_view(d_bt32), bench.torch_view(d_bt16)
+
+
+def wgmma_checker(precision, a, b):
+    """wgmma's TF32 against the truncated reference; the rest as `checker` checks them."""
+    rest = checker(precision, a, b)
+
+    def check(got, ref, name):
+        if name.startswith("wgmma") and precision == "tf32":
+            truncated = k.gemm_reference(a, b, "tf32-truncated").astype(np.float32)
+            workbook.assert_close(got, truncated, rtol=0, atol=float(k.tolerance(a, b, "tf32-truncated").max()),
+                                  name=name)
+        else:
+            rest(got, ref, name)
+    return check
+
+
+wgmma_results = {}
+for precision, label, (da, db, dbt, ta, tbt, ah, bh) in (
+        ("tf32", "TF32", (d_a32, d_b32, d_bt32, t_a32, t_bt32, a32, b32)),
+        ("f16", "FP16", (d_a16, d_b16, d_bt16, t_a16, t_bt16, a16, b16))):
+    variants = {"pipelined": lambda da=da, db=db: k.gemm(da, db, out)}
+    if HAS_WGMMA:
+        variants["wgmma (A·Bᵀ)"] = lambda da=da, dbt=dbt: k.gemm_bt(da, dbt, out)
+    wgmma_results[precision] = chapter.compare(
+        f"gemm {precision} wgmma", variants,
+        reference=lambda ah=ah, bh=bh, precision=precision: k.gemm_reference(ah, bh, precision).astype(np.float32),
+        check=wgmma_checker(precision, ah, bh),
+        baselines={f"torch.matmul {label} A·Bᵀ (cuBLAS)": lambda ta=ta, tbt=tbt: torch.matmul(ta, tbt.T)},
+        flops=flops, size=f"{n}^3 {'float32' if precision == 'tf32' else 'float16'}, B^T given",
+    )
+
+# %% [markdown]
 # ## The convolution on tensor cores
 #
 # Chapter 04 turned a convolution into a GEMM whose B tile is gathered from the image. Channels
@@ -347,14 +407,17 @@ def conv_checker(precision):
 
     def check(got, ref, name):
         host = to_host(got)[:1].astype(np.float32)
-        if not name.startswith("tensor cores"):  # NCHW: chapter 04's and cuDNN's
+        if name.startswith(("chapter 04", "cuDNN")):  # NCHW: chapter 04's, and cuDNN's view
             host = np.ascontiguousarray(host.transpose(0, 2, 3, 1))
         if name.startswith("chapter 04"):
             rtol_fp32, atol_fp32 = fp32.tolerance(g_conv.gemm_depth)
             exact = k.conv_reference(x32[:1], w32, "fp32", 1, 1, 1).astype(np.float32)
             workbook.assert_close(host, exact, rtol=rtol_fp32, atol=atol_fp32, name=name)
+        elif name.startswith("wgmma") and precision == "tf32":  # truncated, not rounded (above)
+            truncated = k.conv_reference(x0[:1], w0, "tf32-truncated", 1, 1, 1).astype(np.float32)
+            workbook.assert_close(host, truncated, rtol=0, atol=atol, name=name)
         else:
-            workbook.assert_close(host, ref, rtol=2.0 ** -10 if name.startswith("torch") else 0, atol=atol, name=name)
+            workbook.assert_close(host, ref, rtol=2.0 ** -10 if name.startswith("cuDNN") else 0, atol=atol, name=name)
     return check
 
 
@@ -362,6 +425,8 @@ conv_results = {}
 for precision, label in (("f16", "FP16"), ("tf32", "TF32")):
     xd, wd = conv_in[precision]
     variants = {f"tensor cores {label}": lambda xd=xd, wd=wd: k.conv2d(xd, wd, conv_out, padding=1)}
+    if HAS_WGMMA:
+        variants[f"wgmma {label}"] = lambda xd=xd, wd=wd: k.conv2d(xd, wd, conv_out, padding=1, variant="wgmma")
     if precision == "f16":
         variants["chapter 04 FP32 implicit (CUDA cores)"] = lambda: fp32.conv2d_implicit(
             x_nchw, w_kcrs, out_nchw, padding=1, tile=fp32_tile)
@@ -379,18 +444,15 @@ for precision, label in (("f16", "FP16"), ("tf32", "TF32")):
 # ## Bars
 
 # %%
-chapter.bar("GEMM 4096^3 TF32: pipelined vs cuBLAS TF32 (fraction of its speed)",
-            tf32_result.ratio("torch.matmul TF32 (cuBLAS)", "pipelined") if workbook.ON_GPU else float("nan"),
-            at_least=0.5)
-chapter.bar("GEMM 4096^3 FP16: pipelined vs cuBLAS FP16 (fraction of its speed)",
-            f16_result.ratio("torch.matmul FP16 (cuBLAS)", "pipelined") if workbook.ON_GPU else float("nan"),
-            at_least=0.5)
-chapter.bar("conv N=32 C=K=256 56x56 3x3 FP16: tensor cores vs cuDNN FP16 channels last (fraction of its speed)",
-            conv_results["f16"].ratio("cuDNN FP16 channels last", "tensor cores FP16") if workbook.ON_GPU else float("nan"),
-            at_least=0.5)
-chapter.bar("conv N=32 C=K=256 56x56 3x3: tensor cores FP16 vs chapter 04's FP32 implicit GEMM (speed-up)",
-            conv_results["f16"].ratio("chapter 04 FP32 implicit (CUDA cores)", "tensor cores FP16")
-            if workbook.ON_GPU else float("nan"), at_least=5)
+# in the simulator, or on a GPU without wgmma, a ratio is NaN: the bar is not judged
+chapter.bar("GEMM 4096^3 TF32: wgmma (B^T given) vs cuBLAS TF32 on the same (fraction of its speed)",
+            wgmma_results["tf32"].ratio("torch.matmul TF32 A·Bᵀ (cuBLAS)", "wgmma (A·Bᵀ)"), at_least=0.5)
+chapter.bar("GEMM 4096^3 FP16: wgmma (B^T given) vs cuBLAS FP16 on the same (fraction of its speed)",
+            wgmma_results["f16"].ratio("torch.matmul FP16 A·Bᵀ (cuBLAS)", "wgmma (A·Bᵀ)"), at_least=0.5)
+chapter.bar("conv N=32 C=K=256 56x56 3x3 FP16: wgmma vs cuDNN FP16 channels last (fraction of its speed)",
+            conv_results["f16"].ratio("cuDNN FP16 channels last", "wgmma FP16"), at_least=0.5)
+chapter.bar("conv N=32 C=K=256 56x56 3x3: wgmma FP16 vs chapter 04's FP32 implicit GEMM (speed-up)",
+            conv_results["f16"].ratio("chapter 04 FP32 implicit (CUDA cores)", "wgmma FP16"), at_least=5)
 
 # %% [markdown]
 # ## What the numbers mean
@@ -419,14 +481,21 @@ chapter.lesson(
   good part of the run, the warps waiting on the fixed latency of the instruction before, on the
   barrier, and on the copies (`EXPERIMENTS.md` has the counts and the variants tried). Two blocks of
   4 warps share an SM, limited by registers (128 accumulators a thread) and shared memory alike.
-- **The convolution** on tensor cores runs at {conv16:.0f} TFLOP/s in FP16 ({conv16_of:.2f} of
+- **wgmma** reaches {w16:.0f} TFLOP/s in FP16 ({w16_of:.2f} of cuBLAS on the same A·Bᵀ) and {w32:.0f}
+  in TF32 ({w32_of:.2f}); in FP16 that is {w16_vs_peak:.2f} of mma.sync's ceiling above, where the
+  pipelined kernel reaches {pipe16_of_peak:.2f}. The warps no longer
+  load fragments: the tensor cores read the swizzled tiles themselves, and a warp's instructions
+  between two wgmma are the next copies and one barrier.
+- **The convolution** with mma.sync runs at {conv16:.0f} TFLOP/s in FP16 ({conv16_of:.2f} of
   cuDNN's {cudnn16:.0f}) and {conv32:.0f} in TF32 ({conv32_of:.2f} of cuDNN's {cudnn32:.0f}), and
   {conv_vs_fp32:.1f}x chapter 04's FP32 implicit GEMM on the same layer. Channels last, its gather
   is nothing but 16-byte copies; against the GEMM it pays the integer work of each chunk's address
   and edge tests (`EXPERIMENTS.md` counts the instructions), and it writes its output in FP32,
-  twice the bytes of cuDNN's FP16 output.
+  twice the bytes of cuDNN's FP16 output. On wgmma, the same gather feeds {wconv16:.0f} TFLOP/s
+  ({wconv16_of:.2f} of cuDNN, {wconv_vs_fp32:.1f}x chapter 04's FP32).
 - **Exactness**: FP16 inputs are what they are, so an FP16 GEMM is exact up to the FP32
-  accumulation; TF32 rounds float32 inputs to 10 mantissa bits. Neither is float32 arithmetic: a
+  accumulation; TF32 rounds float32 inputs to 10 mantissa bits (wgmma truncates them: its own
+  reference truncates too). Neither is float32 arithmetic: a
   check against a float32 reference must round as the kernel does, or it either fails correct
   kernels or passes wrong ones.
 """,
@@ -434,8 +503,8 @@ chapter.lesson(
     pipe16=chapter.figure("gemm f16", "pipelined", "tflops"), pipe32=chapter.figure("gemm tf32", "pipelined", "tflops"),
     cublas16=chapter.figure("gemm f16", "torch.matmul FP16 (cuBLAS)", "tflops"),
     cublas32=chapter.figure("gemm tf32", "torch.matmul TF32 (cuBLAS)", "tflops"),
-    of16=chapter.figure("GEMM 4096^3 FP16: pipelined vs cuBLAS FP16 (fraction of its speed)"),
-    of32=chapter.figure("GEMM 4096^3 TF32: pipelined vs cuBLAS TF32 (fraction of its speed)"),
+    of16=chapter.figure("gemm f16", "pipelined", "speedup_vs_baseline"),
+    of32=chapter.figure("gemm tf32", "pipelined", "speedup_vs_baseline"),
     speed16=chapter.figure("gemm f16", "pipelined", "speedup_vs_first"),
     speed32=chapter.figure("gemm tf32", "pipelined", "speedup_vs_first"),
     fp32=chapter.figure("gemm tf32", "chapter 04 FP32 (CUDA cores)", "tflops"),
@@ -452,7 +521,16 @@ chapter.lesson(
     cudnn32=chapter.figure("conv tf32", "cuDNN TF32 channels last", "tflops"),
     conv16_of=chapter.figure("conv f16", "tensor cores FP16", "tflops") / chapter.figure("conv f16", "cuDNN FP16 channels last", "tflops"),
     conv32_of=chapter.figure("conv tf32", "tensor cores TF32", "tflops") / chapter.figure("conv tf32", "cuDNN TF32 channels last", "tflops"),
-    conv_vs_fp32=chapter.figure("conv N=32 C=K=256 56x56 3x3: tensor cores FP16 vs chapter 04's FP32 implicit GEMM (speed-up)"),
+    conv_vs_fp32=chapter.figure("conv f16", "chapter 04 FP32 implicit (CUDA cores)", "median_ms")
+    / chapter.figure("conv f16", "tensor cores FP16", "median_ms"),
+    w16=chapter.figure("gemm f16 wgmma", "wgmma (A·Bᵀ)", "tflops"),
+    w32=chapter.figure("gemm tf32 wgmma", "wgmma (A·Bᵀ)", "tflops"),
+    w16_of=chapter.figure("GEMM 4096^3 FP16: wgmma (B^T given) vs cuBLAS FP16 on the same (fraction of its speed)"),
+    w32_of=chapter.figure("GEMM 4096^3 TF32: wgmma (B^T given) vs cuBLAS TF32 on the same (fraction of its speed)"),
+    w16_vs_peak=chapter.figure("gemm f16 wgmma", "wgmma (A·Bᵀ)", "tflops") / _peak["mma.sync f16"],
+    wconv16=chapter.figure("conv f16", "wgmma FP16", "tflops"),
+    wconv16_of=chapter.figure("conv N=32 C=K=256 56x56 3x3 FP16: wgmma vs cuDNN FP16 channels last (fraction of its speed)"),
+    wconv_vs_fp32=chapter.figure("conv N=32 C=K=256 56x56 3x3: wgmma FP16 vs chapter 04's FP32 implicit GEMM (speed-up)"),
 )
 
 # %%
@@ -482,10 +560,10 @@ exercises.show("ch09.3")
 
 # %% [markdown]
 # ## More to try
-# 1. **wgmma**: the H100's warpgroup MMA (`wgmma.mma_async`, sm_90a) reads A and B straight from
-#    shared memory through descriptors, and its accumulators are 64xN per warpgroup. What would
-#    `workbook/tensor_cores.py` need (a 64-register output, the descriptor's bit fields, fences),
-#    and how does it change the tile?
+# 1. **A bigger wgmma tile**: m64n256 (128 accumulators a thread) makes each tile of A serve twice
+#    the columns. What does it do to registers, shared memory and blocks a SM, and to the time?
+#    Then TMA (the H100's bulk tensor copy) in place of cp.async, which takes the copies' address
+#    arithmetic off the warps.
 # 2. **More warps a scheduler**: 8 warps of 64x32 lost here (more shared-memory reads per mma).
 #    Try a 128x256 tile of 8 warps of 64x64 with 96 KB of dynamic shared memory.
 # 3. **BF16**: `mma_bf16` is there and tested. What changes in the kernel, the reference and the

@@ -34,16 +34,11 @@ ROWS_A_THREAD = BM * 4 // THREADS  # rows of A's tile a thread copies a chunk of
 OUTSIDE = -(1 << 30)  # a row past M starts its window here: never inside the image
 
 
-def make_conv_kernel(precision):
-    """The implicit-GEMM convolution kernel for "f16" (float16 x and w) or "tf32" (float32)."""
-    f16 = precision == "f16"
-    BK, CHUNK = (BK_F16, CHUNK_F16) if f16 else (BK_TF32, CHUNK_TF32)
-    STAGE = BM * BK  # elements of one stage of a tile (B's tile is BN x BK, BN = BM)
-    TILE_STAGES = STAGES * STAGE
-    shared_type = np.float16 if f16 else np.uint32  # TF32 kept as float32 bits
-    ROUND = uint32(0) if f16 else HALF_TF32_UNIT
-    multiply = f16_multiply if f16 else tf32_multiply  # the GEMM's: acc += A fragments x B fragments
-    ACCUMULATORS, A_REGISTERS, B_REGISTERS = MI * NI * 4, MI * 4, NI * 2
+def make_gather(BK, STAGE):
+    """The gather of A's tile for stages of BK elements of depth (STAGE elements a stage): a thread's
+    4 chunks, rows 32 apart, and the depth counter it advances a step at a time. Shared by this
+    kernel and wgmma.py's, which place the chunks differently (`to`: where row `tid / units`'s chunk
+    goes; the others are 32 rows = 32 BK elements further)."""
 
     @cuda.jit(device=True)
     def issue_gather(x, a_s, stage, to, start, top, left, depth, H, W, C, dh, dw, inside):
@@ -69,6 +64,43 @@ def make_conv_kernel(precision):
                 s = 0
                 r += 1
         return c, s, r
+
+    return issue_gather, advance
+
+
+@cuda.jit(device=True)
+def window_starts(row0, row, M, PQ, Q, H, W, C, sh, sw, ph, pw, start, top, left):
+    """This thread's rows row0 + row + 32i of A, divided once: where each pixel's window starts
+    (top, left), and its offset in x (channel 0 at that corner: outside the image, never read)."""
+    for i in range(ROWS_A_THREAD):
+        m = row0 + row + 32 * i
+        n = m // PQ
+        p = (m - n * PQ) // Q
+        q = m - n * PQ - p * Q
+        top[i] = p * sh - ph if m < M else OUTSIDE
+        left[i] = q * sw - pw
+        start[i] = ((n * H + top[i]) * W + left[i]) * C
+
+
+@cuda.jit(device=True)
+def first_depth(col, C, S):
+    """(c, s, r) of depth `col`, the chunk's first column in the first step."""
+    tap = col // C
+    return col - tap * C, tap % S, tap // S
+
+
+def make_conv_kernel(precision):
+    """The implicit-GEMM convolution kernel for "f16" (float16 x and w) or "tf32" (float32)."""
+    f16 = precision == "f16"
+    BK, CHUNK = (BK_F16, CHUNK_F16) if f16 else (BK_TF32, CHUNK_TF32)
+    STAGE = BM * BK  # elements of one stage of a tile (B's tile is BN x BK, BN = BM)
+    TILE_STAGES = STAGES * STAGE
+    shared_type = np.float16 if f16 else np.uint32  # TF32 kept as float32 bits
+    ROUND = uint32(0) if f16 else HALF_TF32_UNIT
+    multiply = f16_multiply if f16 else tf32_multiply  # the GEMM's: acc += A fragments x B fragments
+    ACCUMULATORS, A_REGISTERS, B_REGISTERS = MI * NI * 4, MI * 4, NI * 2
+
+    issue_gather, advance = make_gather(BK, STAGE)
 
     @cuda.jit(device=True)
     def fragments(a_s, b_s, stage, kk, lane, wm, wn, frag_a, frag_b):
@@ -105,24 +137,14 @@ def make_conv_kernel(precision):
         row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
         steps = (KD + BK - 1) // BK
 
-        # this thread's rows of A's tile, divided once: where each pixel's window starts, and its
-        # offset in x (of channel 0 at that corner: outside the image, never read there)
         start = cuda.local.array(ROWS_A_THREAD, int32)
         top = cuda.local.array(ROWS_A_THREAD, int32)
         left = cuda.local.array(ROWS_A_THREAD, int32)
         row, chunk = tid // 4, tid % 4
-        for i in range(ROWS_A_THREAD):
-            m = row0 + row + 32 * i
-            n = m // PQ
-            p = (m - n * PQ) // Q
-            q = m - n * PQ - p * Q
-            top[i] = p * sh - ph if m < M else OUTSIDE
-            left[i] = q * sw - pw
-            start[i] = ((n * H + top[i]) * W + left[i]) * C
+        window_starts(row0, row, M, PQ, Q, H, W, C, sh, sw, ph, pw, start, top, left)
         to = (row * 4 + (chunk ^ ((row >> 1) & 3))) * CHUNK  # swizzled as plan_rows swizzles
         col = chunk * CHUNK  # the chunk's first column in a step
-        tap = col // C  # its depth (c, s, r) in the first step
-        depth = (col - tap * C, tap % S, tap // S)
+        depth = first_depth(col, C, S)
         plan_b = plan_rows(wt, tid, col0, CHUNK)
 
         for s in range(STAGES - 1):  # the prologue: the first steps' copies in flight

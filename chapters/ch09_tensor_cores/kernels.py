@@ -11,9 +11,12 @@ modules, in reading order:
                     A by B^T, made (and rounded) by a transpose kernel first
     conv.py         the convolution as an implicit GEMM on the pipelined kernel, channels last:
                     A's tile gathered from x by cp.async, 16 bytes of channels at a time
+    wgmma.py        an H100's own instruction: the GEMM (by B^T) and the convolution on wgmma, tiles
+                    in its 128-byte swizzle, read from shared memory by the tensor cores
 
 gemm() picks the kernel for the precision and the variant, checks the arguments and launches it;
-conv2d() does the same for the convolution.
+gemm_bt() multiplies by B^T on wgmma; conv2d() does the same for the convolution (variant
+"pipelined" or "wgmma").
 The instructions themselves are workbook/tensor_cores.py's.
 """
 
@@ -24,15 +27,15 @@ import numpy as np
 from workbook import ON_GPU
 from workbook.inputs import require
 from workbook.memory import aligned
-from workbook.tensor_cores import tensor_cores
+from workbook.tensor_cores import tensor_cores, wgmma_compile
 
 from chapters.ch04_implicit_gemm.kernels import conv_geometry
 
-from . import conv, naive, pipelined
+from . import conv, naive, pipelined, wgmma
 from .reference import conv_as_gemm, conv_reference, gemm_reference, operands, tf32_input_error, tolerance
 
-__all__ = ["gemm", "conv2d", "KERNELS", "PRECISIONS", "conv_as_gemm", "conv_reference", "gemm_reference", "operands",
-           "tf32_input_error", "tolerance", "conv", "naive", "pipelined"]
+__all__ = ["gemm", "gemm_bt", "conv2d", "KERNELS", "PRECISIONS", "conv_as_gemm", "conv_reference", "gemm_reference", "operands",
+           "tf32_input_error", "tolerance", "conv", "naive", "pipelined", "wgmma"]
 
 PRECISIONS = {np.dtype(np.float32): "tf32", np.dtype(np.float16): "f16"}
 KERNELS = {("tf32", "naive"): naive.gemm_tf32_naive, ("f16", "naive"): naive.gemm_f16_naive,
@@ -86,10 +89,59 @@ def gemm(a, b, c, *, variant="pipelined", stream=0):
     return c
 
 
-def conv2d(x, w, out, *, stride=1, padding=0, dilation=1, stream=0):
+@lru_cache(maxsize=None)
+def _gpu_has_wgmma():
+    from numba import cuda
+
+    device = cuda.get_current_device()
+    if tuple(device.compute_capability) != (9, 0):
+        cc = device.compute_capability
+        raise RuntimeError(f"wgmma is an H100's instruction (compute capability 9.0, sm_90a); this GPU has "
+                           f"{cc[0]}.{cc[1]}: take variant='pipelined'")
+    return True
+
+
+_compiled_for = set()
+
+
+def _launch_wgmma(kernel, grid, stream, *args):
+    """On a GPU, the first launch of each signature compiles it for sm_90a and raises its shared
+    memory limit; in the simulator a launch is a launch."""
+    if ON_GPU:
+        _gpu_has_wgmma()
+        from numba import typeof
+
+        key = (kernel, tuple(typeof(a) for a in args))
+        if key not in _compiled_for:
+            wgmma_compile(kernel, key[1], wgmma.shared_bytes())
+            _compiled_for.add(key)
+    kernel[grid, wgmma.THREADS, stream, wgmma.shared_bytes()](*args)
+
+
+def gemm_bt(a, bt, c, *, stream=0):
+    """c = a @ bt.T on wgmma (an H100): a (M, K), bt (N, K), both float16 or both float32 (TF32, which
+    wgmma truncates: see wgmma.py); c (M, N) float32; K a multiple of 8 (float16) or 4 (float32)."""
+    a = require(a, "a", dtype=(np.float32, np.float16), ndim=2)
+    bt = require(bt, "bt", dtype=a.dtype, ndim=2)
+    if bt.shape[1] != a.shape[1]:
+        raise ValueError(f"a and bt must have the same number of columns (K): a is {tuple(a.shape)}, "
+                         f"bt is {tuple(bt.shape)}")
+    c = require(c, "c", dtype=np.float32, shape=(a.shape[0], bt.shape[0]))
+    per_chunk = 16 // a.dtype.itemsize
+    if a.shape[1] % per_chunk:
+        raise ValueError(f"wgmma's tiles are copied in 16-byte chunks: K must be a multiple of {per_chunk} for "
+                         f"{np.dtype(a.dtype)}, not {a.shape[1]}. Pad it with zeros")
+    _require_aligned(a=a, bt=bt)
+    _launch_wgmma(wgmma.KERNELS[PRECISIONS[np.dtype(a.dtype)]][0], wgmma.grid_for(a.shape[0], bt.shape[0]), stream,
+                  a, bt, c)
+    return c
+
+
+def conv2d(x, w, out, *, stride=1, padding=0, dilation=1, variant="pipelined", stream=0):
     """out = the convolution of x with w on tensor cores, channels last: x (N, H, W, C), w (K, R, S, C),
     both float16 (FP16 multiplies) or both float32 (TF32); out (N, P, Q, K) float32. C must be a
-    multiple of 8 (float16) or 4 (float32): a pixel's channels are copied 16 bytes at a time."""
+    multiple of 8 (float16) or 4 (float32): a pixel's channels are copied 16 bytes at a time.
+    variant: "pipelined" (mma.sync, any GPU with tensor cores from 8.0) or "wgmma" (an H100)."""
     x = require(x, "x", dtype=(np.float32, np.float16), ndim=4)
     w = require(w, "w", dtype=x.dtype, ndim=4)
     (N, H, W, C), (K, R, S, Cw) = x.shape, w.shape
@@ -101,13 +153,18 @@ def conv2d(x, w, out, *, stride=1, padding=0, dilation=1, stream=0):
                          f"so C must be a multiple of {per_chunk} for {np.dtype(x.dtype)}. Pad the channels (and "
                          "w's) with zeros")
     _require_aligned(x=x, w=w)
+    if variant not in ("pipelined", "wgmma"):
+        raise ValueError(f"variant must be 'pipelined' or 'wgmma', not {variant!r}")
     if ON_GPU:
         _gpu_has_tensor_cores()
     M = N * g.P * g.Q
-    kernel = conv.KERNELS[PRECISIONS[np.dtype(x.dtype)]]
-    kernel[conv.grid_for(M, K), pipelined.THREADS, stream](
-        x.reshape(-1), w.reshape(K, -1), out.reshape(M, K), H, W, C, g.P * g.Q, g.Q, S, g.sh, g.sw, g.ph, g.pw,
-        g.dh, g.dw)
+    args = (x.reshape(-1), w.reshape(K, -1), out.reshape(M, K), H, W, C, g.P * g.Q, g.Q, S, g.sh, g.sw, g.ph, g.pw,
+            g.dh, g.dw)
+    precision = PRECISIONS[np.dtype(x.dtype)]
+    if variant == "wgmma":
+        _launch_wgmma(wgmma.KERNELS[precision][1], wgmma.grid_for(M, K), stream, *args)
+    else:
+        conv.KERNELS[precision][conv.grid_for(M, K), pipelined.THREADS, stream](*args)
     return out
 
 

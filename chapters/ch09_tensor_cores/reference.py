@@ -19,16 +19,19 @@ TF32 costs a float32 program (the chapter's "what TF32 rounds away").
 import numpy as np
 
 from chapters.ch04_implicit_gemm.kernels import conv_geometry, im2col_reference
-from workbook.tensor_cores import round_tf32
+from workbook.tensor_cores import round_tf32, truncate_tf32
 
 UNIT = 2.0 ** -23  # one float32 unit at 1.0, truncating
 
 
 def operands(a, b, precision):
-    """a and b as the tensor core sees them, in float64: TF32-rounded for "tf32", else as stored
-    (FP16; or "fp32": float32 inputs unrounded, what a CUDA-core kernel multiplies)."""
+    """a and b as the tensor core sees them, in float64: TF32-rounded for "tf32", truncated for
+    "tf32-truncated" (wgmma), else as stored (FP16; or "fp32": float32 inputs unrounded, what a
+    CUDA-core kernel multiplies)."""
     if precision == "tf32":
         return round_tf32(a).astype(np.float64), round_tf32(b).astype(np.float64)
+    if precision == "tf32-truncated":  # wgmma reads float32 from shared memory and drops 13 bits
+        return truncate_tf32(a).astype(np.float64), truncate_tf32(b).astype(np.float64)
     return np.asarray(a, np.float64), np.asarray(b, np.float64)
 
 

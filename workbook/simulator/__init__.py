@@ -16,6 +16,8 @@ corrects popc, brev, clz and ffs for negative and 64-bit values, and replaces th
 one that switches between greenlets (below), which also serves syncthreads and syncthreads_count/and/or.
 workbook/tensor_cores.py's mma and ldmatrix are warp collectives of the same scheduler, and its
 cp.async copies land at their wait (tensor_ops.py; what each collective computes: collectives.py).
+Its wgmma needs no collective: each thread computes its own 64 accumulators from the tiles its
+descriptors point at, when the wgmma_wait that covers them runs (tensor_ops.py).
 
 Threads, warps and lanes
 ------------------------

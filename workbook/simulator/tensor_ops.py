@@ -179,9 +179,151 @@ def cp_async_wait(n):
                              size=ROW_BYTES)
 
 
+# ---------------------------------------------------------------------------------------------
+# wgmma: a warpgroup's MMA from shared memory, asynchronous. Each thread computes its own 64
+# accumulators (wgmma's layout: tensor_cores.wgmma_coordinates) from the tiles its descriptors point
+# at, read when the wgmma_wait that covers the instruction runs: the latest moment a GPU may read
+# them, so that a stage refilled before the wait gives the refill's data here every time.
+
+SHARED_START = 0x80  # the first shared array's address here: 128-aligned, not 1024-aligned, so
+                     # that a kernel must align its swizzled tiles itself, as on a GPU
+
+
+def _roots(array):
+    host = _host_of(array)
+    root = host
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return host, root
+
+
+def _registry(me):
+    """This block's shared arrays by address: {memory: (base address, bytes, its bytes)}, new for each
+    block (the scheduler's block object runs every block of a launch in turn)."""
+    block = me.block
+    held = block.__dict__.get("shared_addresses")
+    if held is None or held[0] != block.serial:
+        held = block.shared_addresses = (block.serial, {})
+    return held[1]
+
+
+def shared_address(array, index):
+    """A shared array element's address: each shared array of the block (by its memory) gets a base,
+    so that a descriptor can be traced back to the array and the bytes it describes."""
+    if not _is_shared(array):
+        raise TypeError("shared_address: the array must be a shared array")
+    me = current()
+    host, root = _roots(array)
+    pointer = root.__array_interface__["data"][0]
+    registry = _registry(me)
+    if pointer not in registry:
+        top = max((base + size for base, size, _ in registry.values()), default=SHARED_START)
+        registry[pointer] = ((top + 127) // 128 * 128, root.nbytes, root.reshape(-1).view(np.uint8))
+    base = registry[pointer][0]
+    return np.uint32(base + host.__array_interface__["data"][0] - pointer + int(as_read(index)) * host.itemsize)
+
+
+def _resolve(me, op, addresses):
+    """The bytes at shared addresses (an integer array), from the one shared array they fall in."""
+    low, high = int(addresses.min()), int(addresses.max())
+    for base, size, data in _registry(me).values():
+        if base <= low and high + 16 <= base + size:
+            return data[addresses - base]
+    raise IndexError(f"{op}: shared addresses {low:#x}..{high + 15:#x} are not inside one shared array (a "
+                     "descriptor built from shared_address of the tile's array?)")
+
+
+def _operand(me, op, descriptor, rows, kind):
+    """Rows `rows` of a K-major tile described by `descriptor`, 32 bytes of depth each, as float64."""
+    from ..tensor_cores import decode_descriptor, swizzle128
+
+    fields = decode_descriptor(descriptor)
+    if fields["layout"] != 1 or fields["base_offset"]:
+        raise ValueError(f"{op}: the simulator models the 128-byte swizzle (layout type 1, base offset 0) "
+                         f"only; this descriptor has layout {fields['layout']}, base offset {fields['base_offset']}")
+    rows = np.asarray(rows)
+    logical = (fields["start"] + (rows // 8) * fields["stride"] + (rows % 8) * 128)[:, None] + np.arange(32)[None, :]
+    raw = _resolve(me, op, swizzle128(logical)).copy()  # (rows, 32) bytes
+    if kind == "f16":
+        return raw.view(np.float16).astype(np.float64)
+    bits = raw.view(np.uint32) & np.uint32(0xFFFFE000)  # the tensor core reads TF32: the low 13 bits dropped
+    return bits.view(np.float32).astype(np.float64)
+
+
+class _Wgmma:
+    def __init__(self):
+        self.open = []
+        self.groups = []
+
+
+def _wgmma_state(me):
+    state = getattr(me, "wgmma", None)
+    if state is None:
+        state = me.wgmma = _Wgmma()
+    return state
+
+
+def _make_wgmma(kind):
+    op = f"wgmma_{kind}"
+
+    def wgmma(acc, desc_a, desc_b):
+        host = _host_of(acc)
+        if host.dtype != np.float32 or host.shape != (64,):
+            raise TypeError(f"{op}: the accumulators are a local float32 array of 64, not {host.dtype} {host.shape}")
+        me = current()
+        threads = int(np.prod(me.block.block_dim))
+        if threads % 128:
+            raise ValueError(f"{op}: a warpgroup is 128 threads (4 whole warps); this block has {threads}")
+        _wgmma_state(me).open.append((op, kind, host, int(as_read(desc_a)), int(as_read(desc_b))))
+
+    wgmma.__name__ = wgmma.__qualname__ = op
+    return wgmma
+
+
+wgmma_f16, wgmma_tf32 = _make_wgmma("f16"), _make_wgmma("tf32")
+
+
+def wgmma_fence():
+    """No reordering to prevent here: every instruction runs in program order."""
+
+
+def fence_proxy_async():
+    """cp.async's data is in shared memory once waited for, and every read sees it."""
+
+
+def wgmma_commit():
+    state = _wgmma_state(current())
+    state.groups.append(state.open)
+    state.open = []
+
+
+def wgmma_wait(n):
+    """The wgmma of every committed group but the newest n run now: read their tiles, accumulate."""
+    n = int(as_read(n))
+    if n < 0:
+        raise ValueError(f"wgmma_wait: {n} groups; the count is 0 or more")
+    me = current()
+    state = _wgmma_state(me)
+    running = state.groups[:max(len(state.groups) - n, 0)]
+    state.groups = state.groups[len(running):]
+    tid = me.thread_id % 128
+    w, lane = tid // 32, tid % 32
+    g, t = lane // 4, lane % 4
+    rows = np.array([16 * w + g, 16 * w + g + 8])
+    cols = (8 * np.arange(16)[:, None] + 2 * t + np.arange(2)[None, :]).reshape(-1)  # j-major, then q % 2
+    for group in running:
+        for op, kind, acc, desc_a, desc_b in group:
+            a = _operand(me, op, desc_a, rows, kind)  # (2, depth)
+            b = _operand(me, op, desc_b, cols, kind)  # (32, depth)
+            d = (a @ b.T).reshape(2, 16, 2)  # [half][j][q % 2]
+            sums = acc.astype(np.float64).reshape(16, 2, 2) + d.transpose(1, 0, 2)  # acc[4j + 2 half + q]
+            acc[:] = sums.reshape(-1).astype(np.float32)
+
+
 for _function in (mma_tf32, mma_f16, mma_bf16, to_tf32, pack_f16x2, ldmatrix_x1, ldmatrix_x2, ldmatrix_x4,
                   ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans, cp_async16, cp_async_commit,
-                  cp_async_wait):
+                  cp_async_wait, shared_address, wgmma_f16, wgmma_tf32, wgmma_fence, fence_proxy_async,
+                  wgmma_commit, wgmma_wait):
     _function.__module__ = "workbook.tensor_cores"  # pickled by name: the compile worker gets the GPU twin
     _function.__qualname__ = _function.__name__ = next(name for name, value in globals().items()
                                                         if value is _function and not name.startswith("_"))
