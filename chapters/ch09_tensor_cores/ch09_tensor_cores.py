@@ -539,10 +539,12 @@ chapter.save()
 # %% [markdown]
 # ## Exercises you can check
 #
-# `exercises.py` beside this notebook holds three exercises: the TF32 fragments of one lane, a
-# cp.async pipeline that reads its tile too early, and the address each lane hands ldmatrix. Each
-# cell below shows the code you edit and runs its check on what the file holds now: *not
-# attempted*, *wrong* (with what is wrong) or *correct*. Edit `exercises.py` between `# >>> ch09.N`
+# `exercises.py` beside this notebook holds four exercises: the TF32 fragments of one lane, a
+# cp.async pipeline that reads its tile too early, the address each lane hands ldmatrix, and a
+# wider warp tile that loads each A fragment once for four mma. Each cell below shows the code you
+# edit and runs its check on what the file holds now: *not attempted*, *wrong* (with what is wrong),
+# *correct*, or for the last one *fast enough* or *too slow* (on a GPU its time against the naive
+# kernel's; in the simulator the global-memory traffic). Edit `exercises.py` between `# >>> ch09.N`
 # and `# <<< ch09.N`, save, and re-run the cell. `python -m pytest --exercises -k ch09` checks them
 # all at once. In the simulator a cp.async lands only at the wait that covers it, so a missing wait
 # reads the stale tile every time; on a GPU it reads stale data only sometimes.
@@ -557,6 +559,9 @@ exercises.show("ch09.2")
 
 # %%
 exercises.show("ch09.3")
+
+# %%
+exercises.show("ch09.4")
 
 # %% [markdown]
 # ## More to try

@@ -10,7 +10,7 @@ import numpy as np
 import workbook
 from workbook import cuda
 from workbook.check import Launch
-from workbook.exercises import Exercise, poisoned
+from workbook.exercises import Exercise, poisoned, speed_ratio
 
 from . import kernels as k
 
@@ -19,17 +19,17 @@ GEMM_SHAPES = [(1, 1, 1), (16, 8, 8), (31, 17, 33), (33, 40, 31), (18, 23, 9),
 ROWS = [1, 31, 33, 64, 100, workbook.size(gpu=5001, sim=77)]
 
 
-def _tile_owner(N, warps):
-    """Element (i, j) of C is held by lane 4·(i % 8) + (j % 8) // 2 of the warp of its 16x8 tile (the
-    chapter's warp_tile: `warps` tiles a block, row after row): (block, thread)."""
+def _tile_owner(N, warps, width=8):
+    """Element (i, j) of C is held by lane 4·(i % 8) + (j % 8) // 2 of the warp of its 16 x width tile
+    (the chapter's warp_tile, or ch09.4's wide_tile: `warps` tiles a block, row after row): (block, thread)."""
     def owner(at):
         i, j = at
-        tile = i // 16 * ((N + 7) // 8) + j // 8
+        tile = i // 16 * ((N + width - 1) // width) + j // width
         return divmod(tile, warps)[0], tile % warps * 32 + 4 * (i % 8) + j % 8 // 2
     return Launch.mapped(owner)
 
 
-def _gemm_case(gemm, precision, name):
+def _gemm_case(gemm, precision, name, width=8):
     dtype = np.float32 if precision == "tf32" else np.float16
     for M, K, N in GEMM_SHAPES:
         rng = np.random.default_rng(M * 1000 + N)
@@ -37,7 +37,7 @@ def _gemm_case(gemm, precision, name):
         c = gemm(cuda.to_device(a), cuda.to_device(b), poisoned((M, N), np.float32))
         workbook.assert_close(c, k.gemm_reference(a, b, precision).astype(np.float32), rtol=0,
                               atol=float(k.tolerance(a, b, precision).max()), name=f"{name} M={M} K={K} N={N}",
-                              launch=_tile_owner(N, k.naive.WARPS))
+                              launch=_tile_owner(N, k.naive.WARPS, width))
 
 
 def check_tf32_tile(m):
@@ -57,10 +57,27 @@ def check_f16_ldmatrix(m):
     _gemm_case(m.gemm_f16_ldmatrix, "f16", "gemm_f16_ldmatrix")
 
 
+def check_f16_wide(m):
+    if m.TILE_N % 8 or m.TILE_N < 8:
+        raise workbook.CheckError(f"TILE_N is {m.TILE_N}: a warp's tile is a whole number of 8-column mma tiles")
+    _gemm_case(m.gemm_f16_wide, "f16", "gemm_f16_wide", width=m.TILE_N)
+
+
+def speed_f16_wide(m):
+    side = workbook.size(gpu=2048, sim=48)
+    rng = np.random.default_rng(11)
+    a, b = (cuda.to_device(rng.standard_normal((side, side)).astype(np.float16)) for _ in range(2))
+    c1, c2 = cuda.device_array((side, side), np.float32), cuda.device_array((side, side), np.float32)
+    ratio = speed_ratio(lambda: m.gemm_f16_wide(a, b, c1), lambda: k.gemm(a, b, c2, variant="naive"))
+    return ratio, f"gemm_f16_wide {side}^3 vs the chapter's naive FP16 kernel"
+
+
 EXERCISES = [
     Exercise("ch09.1", "TF32 fragments: which lane holds what", "complete", "gemm_tf32_tile_kernel", check_tf32_tile,
              grids=()),
     Exercise("ch09.2", "a cp.async pipeline that reads too early", "fix", "column_sums_kernel", check_column_sums,
              grids=()),
     Exercise("ch09.3", "an ldmatrix address", "complete", "gemm_f16_ldmatrix_kernel", check_f16_ldmatrix, grids=()),
+    Exercise("ch09.4", "a wider tile: one A fragment, four mma", "faster", ("gemm_f16_wide_kernel", "gemm_f16_wide"),
+             check_f16_wide, speed=speed_f16_wide, target=1.5, grids=()),
 ]
