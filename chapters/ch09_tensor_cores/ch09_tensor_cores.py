@@ -23,7 +23,9 @@
 #   ahead, handed to the warp by `ldmatrix` from a swizzled layout without bank conflicts;
 # - how far that gets from numba against cuBLAS, and what the instruction itself allows;
 # - how chapter 04's implicit-GEMM convolution, channels last, becomes 16-byte copies feeding the
-#   same tensor-core GEMM, against cuDNN.
+#   same tensor-core GEMM, against cuDNN;
+# - the H100's own instruction, wgmma: a warpgroup multiplying tiles straight from shared memory,
+#   asynchronously, and the shared layout it asks for.
 #
 # numba has no tensor-core API; `workbook/tensor_cores.py` emits each PTX instruction through
 # inline assembly, as `workbook/memory.py` does for 16-byte loads. Without a GPU every kernel runs
@@ -161,7 +163,7 @@ workbook.show(pipelined.tf32_fragments)
 # runs the same and more).
 
 # %%
-CASES = {"naive": [(1, 1, 1), (31, 33, 17), (33, 31, 40)], "pipelined": [(1, 8, 8), (31, 136, 40), (129, 264, 8)]}
+CASES = {"naive": [(1, 1, 1), (31, 33, 17), (33, 31, 40)], "pipelined": [(1, 8, 8), (31, 136, 40), (129, 16, 8)]}
 for variant, cases in CASES.items():
     for m, n, kd in cases:
         for precision, dtype in (("tf32", np.float32), ("f16", np.float16)):
@@ -339,17 +341,16 @@ from chapters.ch09_tensor_cores import conv
 workbook.show(conv.make_conv_kernel)
 
 # %% [markdown]
-# Checked first at awkward shapes: a batch of 1, odd image sizes, K not a multiple of anything,
-# strides, padding wider than the filter's reach, dilation, C = 8; a NaN in one pixel must reach
-# exactly the outputs whose windows cover it. The reference is the im2col GEMM in float64
+# Checked first at awkward shapes: odd image sizes, K not a multiple of anything, strides, padding
+# wider than the filter's reach, dilation, C = 8 and 24; a NaN in one pixel must reach exactly the
+# outputs whose windows cover it. The reference is the im2col GEMM in float64
 # (`conv_reference`), and the GEMM's tolerance holds as it is: the same products, summed in
 # another order.
 
 # %%
-CONV_CASES = [  # (x NHWC, w KRSC, stride, padding, dilation)
-    ((1, 5, 7, 16), (17, 3, 3, 16), 1, 1, 1),
+CONV_CASES = [  # (x NHWC, w KRSC, stride, padding, dilation); tests/test_ch09_tensor_cores.py has more
     ((2, 6, 5, 8), (9, 3, 2, 8), (2, 1), (1, 2), (2, 1)),
-    ((1, 3, 3, 24), (33, 3, 3, 24), 1, 3, 1),
+    ((1, 3, 3, 24), (33, 1, 1, 24), 1, 2, 1),  # C = 24: a step's depth is not a whole number of taps
 ]
 for x_shape, w_shape, stride, padding, dilation in CONV_CASES:
     for precision, dtype in (("f16", np.float16), ("tf32", np.float32)):
@@ -378,7 +379,7 @@ except ValueError as error:
 # output is FP16, one rounding more.
 
 # %%
-cn, cc, side = workbook.size(gpu=(32, 256, 56), sim=(2, 16, 6))
+cn, cc, side = workbook.size(gpu=(32, 256, 56), sim=(1, 8, 6))
 x32 = rng.standard_normal((cn, side, side, cc)).astype(np.float32)
 w32 = (rng.standard_normal((cc, 3, 3, cc)) / np.sqrt(9 * cc)).astype(np.float32)
 g_conv = fp32.conv_geometry((cn, cc, side, side), (cc, cc, 3, 3), 1, 1, 1)
