@@ -192,7 +192,7 @@ except ValueError as error:
 # GEMM on the CUDA cores beside the TF32 kernels. The TF32 pipelined time includes its transpose.
 
 # %%
-n = workbook.size(gpu=4096, sim=64)
+n = workbook.size(gpu=4096, sim=32)
 flops = 2 * n**3
 a32, b32 = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
 d_a32, d_b32 = cuda.to_device(a32), cuda.to_device(b32)
