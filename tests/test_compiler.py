@@ -159,6 +159,7 @@ def test_tensor_core_convolution_gathers_with_cp_async_and_compiles_for_sm_90():
 
 
 @needs_compiler
+@sim_only
 def test_wgmma_kernels_compile_for_sm_90a_alone():
     from chapters.ch09_tensor_cores import pipelined, wgmma
     from workbook import compiler
