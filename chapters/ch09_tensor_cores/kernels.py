@@ -109,11 +109,12 @@ def _launch_wgmma(kernel, grid, stream, *args):
     memory limit; in the simulator a launch is a launch."""
     if ON_GPU:
         _gpu_has_wgmma()
-        from numba import typeof
-
-        key = (kernel, tuple(typeof(a) for a in args))
+        # typed only on a signature's first launch: numba's typeof on every call is host time
+        key = (kernel, tuple((a.dtype, a.ndim) if hasattr(a, "ndim") else type(a) for a in args))
         if key not in _compiled_for:
-            wgmma_compile(kernel, key[1], wgmma.shared_bytes())
+            from numba import typeof
+
+            wgmma_compile(kernel, tuple(typeof(a) for a in args), wgmma.shared_bytes())
             _compiled_for.add(key)
     kernel[grid, wgmma.THREADS, stream, wgmma.shared_bytes()](*args)
 

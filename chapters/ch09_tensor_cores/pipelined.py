@@ -128,16 +128,21 @@ def f16_fragments(a_s, b_s, stage, kk, lane, wm, wn, frag_a, frag_b):
             frag_b[2 * j + q] = regs[q]
 
 
-@cuda.jit(device=True)
-def f16_multiply(frag_a, frag_b, acc):
-    """The warp's 4 x 8 mma tiles: acc += A fragments x B fragments."""
-    for i in range(MI):
-        for j in range(NI):
-            base = (i * NI + j) * 4
-            d = mma_f16((frag_a[4 * i], frag_a[4 * i + 1], frag_a[4 * i + 2], frag_a[4 * i + 3]),
+def make_multiply(mma):
+    """The warp's 4 x 8 mma tiles with `mma` (mma_f16 or mma_tf32): acc += A fragments x B fragments."""
+    @cuda.jit(device=True)
+    def multiply(frag_a, frag_b, acc):
+        for i in range(MI):
+            for j in range(NI):
+                base = (i * NI + j) * 4
+                d = mma((frag_a[4 * i], frag_a[4 * i + 1], frag_a[4 * i + 2], frag_a[4 * i + 3]),
                         (frag_b[2 * j], frag_b[2 * j + 1]), (acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
-            for q in range(4):
-                acc[base + q] = d[q]
+                for q in range(4):
+                    acc[base + q] = d[q]
+    return multiply
+
+
+f16_multiply, tf32_multiply = make_multiply(mma_f16), make_multiply(mma_tf32)
 
 
 @cuda.jit
@@ -206,17 +211,6 @@ def tf32_fragments(a_s, bt_s, stage, kk, lane, wm, wn, frag_a, frag_b):
         regs = ldmatrix_x4(bt_s, b_at + 8 * j * BK_TF32)
         for q in range(4):
             frag_b[2 * j + q] = regs[q]
-
-
-@cuda.jit(device=True)
-def tf32_multiply(frag_a, frag_b, acc):
-    for i in range(MI):
-        for j in range(NI):
-            base = (i * NI + j) * 4
-            d = mma_tf32((frag_a[4 * i], frag_a[4 * i + 1], frag_a[4 * i + 2], frag_a[4 * i + 3]),
-                         (frag_b[2 * j], frag_b[2 * j + 1]), (acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
-            for q in range(4):
-                acc[base + q] = d[q]
 
 
 @cuda.jit

@@ -10,7 +10,7 @@ fragments in registers: the instructions between two wgmma are the copies and th
   fast one is the 128-byte swizzle: rows of 128 bytes (64 halves, 32 floats of K), 16-byte unit u of
   row r at unit u ^ (r % 8), in 1024-byte atoms of 8 rows, aligned to 1024 bytes. cp.async writes
   each 16-byte chunk where the swizzle puts it. (Without a swizzle, in 8x16-byte "core matrices",
-  the same kernel ran at a third of the speed: EXPERIMENTS.md.)
+  the same kernel is several times slower: EXPERIMENTS.md has the runs.)
 - **B^T, K-major.** Both tiles are rows of K: the GEMM multiplies A by B^T (a linear layer's
   weights, (out, in), are B^T already), the convolution by its filters in KRSC.
 - **A block**: two warpgroups, a 128x128 tile of C, each warpgroup 64x128 (4 wgmma a step, 32 bytes
