@@ -208,3 +208,21 @@ def test_wgmma_wrapper_names_what_is_wrong():
         k.gemm_bt(dev((8, 12)), dev((8, 12)), dev((8, 8), np.float32))
     with pytest.raises(ValueError, match="variant must be"):
         k.conv2d(dev((1, 4, 4, 8)), dev((8, 3, 3, 8)), dev((1, 2, 2, 8), np.float32), variant="wmma")
+
+
+@pytest.mark.parametrize("variant", ["pipelined", pytest.param("wgmma", marks=needs_wgmma)])
+@pytest.mark.parametrize("case", [CONV_CASES[1], CONV_CASES[2]], ids=str)
+def test_conv_writes_nchw_what_it_writes_nhwc(case, variant):
+    """out_layout="nchw" (chapter 08's mixed precision): the same values, channels first."""
+    x_shape, w_shape, *params = case
+    rng = np.random.default_rng(11)
+    x, w = (cuda.to_device(rng.standard_normal(s).astype(np.float16)) for s in (x_shape, w_shape))
+    g = k.conv_as_gemm(np.zeros(x_shape), np.zeros(w_shape), *params)[2]
+    nhwc = cuda.to_device(np.zeros((g.N, g.P, g.Q, g.K), np.float32))
+    nchw = cuda.to_device(np.full((g.N, g.K, g.P, g.Q), 7.0, np.float32))
+    options = dict(zip(("stride", "padding", "dilation"), params), variant=variant)
+    k.conv2d(x, w, nhwc, **options)
+    k.conv2d(x, w, nchw, out_layout="nchw", **options)
+    np.testing.assert_array_equal(nchw.copy_to_host(), nhwc.copy_to_host().transpose(0, 3, 1, 2))
+    with pytest.raises(ValueError, match="out_layout"):
+        k.conv2d(x, w, nchw, out_layout="chw", **options)

@@ -320,8 +320,8 @@ class GradientList:
             _SIMULATED_MEMORY.update({int(a): f for a, f in zip(self.addresses, self.flat) if f.size})
 
         # One table (and one launch) per group of at most max_tensors_per_launch tensors.
-        kernel = unscale_fused_kernels[self.dtype]
-        self.launches = []
+        kernel = self.kernel = unscale_fused_kernels[self.dtype]
+        self.launches, self.blocks = [], []
         for begin in range(0, len(arrays), max_tensors_per_launch):
             end = min(begin + max_tensors_per_launch, len(arrays))
             tiles = -(-self.sizes[begin:end] // TILE)  # ceil: a tensor's last tile may be partial
@@ -337,6 +337,7 @@ class GradientList:
             blocks = min(n_tiles, max_blocks)  # a block per tile, unless told fewer
             # The configured launch is built once, too: kernel[blocks, threads] costs host time.
             self.launches.append((kernel[blocks, THREADS_PER_BLOCK], cuda.to_device(table)))
+            self.blocks.append(blocks)
 
     def __len__(self):
         return len(self.arrays)
@@ -375,10 +376,14 @@ def unscale_per_tensor(grads, found_inf, inv_scale):
     return found_inf, grads
 
 
-def unscale_fused(grads, found_inf, inv_scale):
-    """Fused: one launch per MAX_TENSORS_PER_LAUNCH tensors (one launch for any list up to 4096)."""
+def unscale_fused(grads, found_inf, inv_scale, *, stream=0):
+    """Fused: one launch per MAX_TENSORS_PER_LAUNCH tensors (one launch for any list up to 4096).
+    On a stream other than the default, the launch is configured at each call (a step captured
+    into a graph, chapter 08, launches on its capture stream)."""
     found_inf, inv_scale = _flag_args(grads, found_inf, inv_scale)
-    for launch, table in grads.launches:
+    for (launch, table), blocks in zip(grads.launches, grads.blocks):
+        if stream:
+            launch = grads.kernel[blocks, THREADS_PER_BLOCK, stream]
         launch(table, found_inf, inv_scale)
     return found_inf, grads
 
@@ -401,22 +406,28 @@ def assert_unscaled(out, ref, name="output"):
 #   growth_interval good steps in a row: scale *= growth.
 
 
+@cuda.jit(device=True)
+def update_scale(scale, inv_scale, found_inf, good_steps, growth, backoff, growth_interval):
+    """The rule, for one thread: a few words of state; found_inf is cleared for the next step."""
+    if found_inf[0] != 0:
+        scale[0] = scale[0] * backoff
+        good_steps[0] = 0
+    else:
+        good_steps[0] += 1
+        if good_steps[0] == growth_interval:
+            scale[0] = scale[0] * growth
+            good_steps[0] = 0
+    inv_scale[0] = np.float32(1.0) / scale[0]
+    found_inf[0] = np.float32(0.0)  # ready for the next step
+
+
 @cuda.jit
 def update_scale_kernel(scale, inv_scale, found_inf, good_steps, history, step,
                         growth, backoff, growth_interval):
-    # One thread: a few words of state. history[step] keeps the scale used at this step.
+    # history[step] keeps the scale used at this step.
     if cuda.grid(1) == 0:
         history[step] = scale[0]
-        if found_inf[0] != 0:
-            scale[0] = scale[0] * backoff
-            good_steps[0] = 0
-        else:
-            good_steps[0] += 1
-            if good_steps[0] == growth_interval:
-                scale[0] = scale[0] * growth
-                good_steps[0] = 0
-        inv_scale[0] = np.float32(1.0) / scale[0]
-        found_inf[0] = np.float32(0.0)  # ready for the next step
+        update_scale(scale, inv_scale, found_inf, good_steps, growth, backoff, growth_interval)
 
 
 @cuda.jit

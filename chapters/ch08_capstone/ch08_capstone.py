@@ -334,6 +334,160 @@ parts = chapter.compare("training step, by part", {"forward (gather not included
                         size=f"batch {BATCH}, width {WIDTH}, 8x8", repeats=30)
 
 # %% [markdown]
+# ## Mixed precision: float16 on tensor cores, float32 masters, a loss scale
+#
+# `mixed.MixedNetwork` is the same network, trained the way torch's AMP trains it: the
+# convolutions and the linear layer multiply float16 on tensor cores (chapter 09's kernels) with
+# float32 sums, and everything else (BatchNorm, pooling, dropout, the loss, the optimizer) stays
+# float32. What it adds to a step:
+#
+# | where | what | kernel |
+# |---|---|---|
+# | forward | the float32 master weights cast to float16: KRSC filters, turned ones for the data gradients, the linear weight and its transpose, in one launch | `mixed.half_weights_kernel` |
+# | forward | each convolution's input cast to float16, channels last, padded to 8 channels (16 bytes) | `half.to_half` |
+# | forward, backward | the convolutions on tensor cores, output written straight to NCHW for chapter 01's BatchNorm | chapter 09's `conv2d(out_layout="nchw")` |
+# | backward | the loss gradient times the loss scale (a device scalar), and its float16 copy | `half.scale_to_half` |
+# | backward | the weight gradient on tensor cores, split over N·P·Q, atomics into float32 | `half.wgrad_half` |
+# | update | every gradient times 1/scale, found_inf set by any Inf or NaN | chapter 03's fused kernel |
+# | update | SGD skipped if found_inf; scale halved on overflow, doubled after 100 clean steps | `sgd_momentum(skip_if=)`, chapter 03's rule |
+#
+# Why scale at all: a gradient below float16's smallest subnormal (6e-8) becomes 0 when cast, so
+# the loss's gradient is multiplied by 2^16 first and the product divided out in float32. Too large
+# a scale overflows instead: a cast past 65504 is Inf, the unscale finds it, and the step is skipped.
+# All of it stays on the GPU, so the step is captured into one CUDA graph as before.
+#
+# The weight gradient is the new tensor-core kernel: dw = dy^T X, its depth the N·P·Q positions.
+# Both operands are channels last, rows of positions in shared memory; the mma wants pairs along
+# the depth, down those columns, which ldmatrix's `.trans` hands out for A and B alike.
+
+# %%
+from chapters.ch08_capstone import half as H  # noqa: E402
+from chapters.ch08_capstone import mixed  # noqa: E402
+
+workbook.show(H.wgrad_half_kernel)
+
+# %% [markdown]
+# One mixed step against the same float64 reference: the float16 operands carry 11 bits, so each
+# gradient agrees to about 1e-3 of its norm (float32: 1e-6).
+
+# %%
+small16 = mixed.MixedNetwork(check_params, check_batch, p_drop=p_check, seed=99)
+small16.set_step(7)
+small16.load_batch(x_small, t_small)
+small16.forward()
+small16.backward()
+small16.unscale()
+got16 = small16.grads.to_host()
+worst16 = {name: float(np.linalg.norm(got16[name] - grads_ref[name]) / np.linalg.norm(grads_ref[name]))
+           for name in grads_ref}
+print("mixed precision, relative error of each gradient:", {k: f"{v:.1e}" for k, v in worst16.items()})
+assert max(worst16.values()) < 1e-2, worst16
+
+# %% [markdown]
+# **A planted overflow.** The same step again with a loss scale of 2^60: every float16 gradient
+# overflows, chapter 03's kernel finds the Infs, the SGD kernel leaves every weight as it was, and
+# the scale is halved for the next step.
+
+# %%
+before16 = small16.params.to_host()
+small16.set_scale(2.0**60)
+small16.backward()  # the forward's buffers are this batch's still
+small16.update()
+scales16, skipped16 = small16.scales_so_far(8)
+unchanged = all(np.array_equal(small16.params.to_host()[k], v) for k, v in before16.items())
+print(f"step 7: scale {scales16[7]:.3g}, skipped {bool(skipped16[7])}, weights unchanged {unchanged}; "
+      f"next scale {float(small16.scaler.scale.copy_to_host()[0]):.3g}")
+assert skipped16[7] and unchanged
+
+# %% [markdown]
+# **Training in mixed precision**, beside the float32 run above: the same initial weights, the
+# same batches in the same order, the same dropout masks. Also torch's AMP twin (autocast to
+# float16 and `GradScaler` with the same scale rule). On an H100 the convolutions run on wgmma.
+
+# %%
+VARIANT = "wgmma" if workbook.ON_GPU and cuda.get_current_device().compute_capability == (9, 0) else "pipelined"
+net16 = mixed.MixedNetwork(initial, BATCH, variant=VARIANT)
+net16.attach(train_x, train_y)
+graph16 = net16.graph()
+net16.reset(initial)
+amp = None
+if torch is not None:
+    amp = nw.torch_twin(initial, p_drop=net16.p_drop)
+    amp_opt = torch.optim.SGD(amp.parameters(), lr=net16.lr, momentum=net16.momentum, weight_decay=net16.weight_decay)
+    amp_scaler = torch.amp.GradScaler("cuda", init_scale=2.0**16, growth_interval=100)
+
+    def amp_step():
+        idx = twin_batch["order"][twin_batch["step"] * BATCH:(twin_batch["step"] + 1) * BATCH]
+        twin_batch["step"] = (twin_batch["step"] + 1) % net16.steps_per_epoch
+        amp_opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = torch.nn.functional.cross_entropy(amp(t_train_x[idx]), t_train_y[idx])
+        amp_scaler.scale(loss).backward()
+        amp_scaler.step(amp_opt)
+        amp_scaler.update()
+        return loss
+
+mixed_history = {"mixed accuracy": [], "torch AMP accuracy": []}
+for order in orders:
+    net16.set_order(order, stream=graph16.stream)
+    for _ in range(net16.steps_per_epoch):
+        graph16()
+    if amp is not None:
+        amp.train()
+        twin_batch.update(order=torch.from_numpy(order).long().cuda(), step=0)
+        for _ in range(net16.steps_per_epoch):
+            amp_step()
+        amp.eval()
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+            mixed_history["torch AMP accuracy"].append(float((amp(t_test_x).argmax(1).cpu().numpy() == test_y).mean()))
+    cuda.synchronize()
+    mixed_history["mixed accuracy"].append(net16.accuracy(test_x, test_y))
+steps16 = len(orders) * net16.steps_per_epoch
+mixed_history["mixed loss"] = [float(v) for v in net16.losses_so_far(steps16)]
+scales_used, skipped_steps = net16.scales_so_far(steps16)
+mixed_history["loss scale"] = [float(v) for v in scales_used]
+mixed_history["skipped steps"] = int(skipped_steps.sum())
+assert np.isfinite(mixed_history["mixed loss"]).all(), "the mixed-precision training diverged"
+chapter.record("mixed training", {key: values for key, values in mixed_history.items() if values != []})
+print(f"mixed precision ({VARIANT}): test accuracy {mixed_history['mixed accuracy'][-1]:.4f} (float32 "
+      f"{history['workbook accuracy'][-1]:.4f}); loss scale {min(scales_used):.0f}..{max(scales_used):.0f}, "
+      f"{int(skipped_steps.sum())} steps skipped")
+last = min(10, len(mixed_history["mixed accuracy"]))
+chapter.bar("mixed precision: test accuracy", mixed_history["mixed accuracy"][-1], at_least=0.97)
+chapter.bar(f"test accuracy, mean of the last {last} epochs: mixed - float32 (points)",
+            100 * abs(np.mean(mixed_history["mixed accuracy"][-last:]) - np.mean(history["workbook accuracy"][-last:])),
+            at_most=0.5)
+
+# %% [markdown]
+# What a mixed step costs on the GPU, against the float32 step, both replayed as one graph (and
+# torch's AMP step, eager).
+
+# %%
+if workbook.ON_GPU:  # a mixed step takes seconds in the simulator, and its times mean nothing there
+    if amp is not None:
+        amp.train()
+    steps16_cmp = chapter.compare("training step, mixed precision",
+                                  {"float32, one CUDA graph": graph, "mixed, one CUDA graph": graph16},
+                                  baselines={"torch AMP eager": amp_step} if amp is not None else {},
+                                  size=f"batch {BATCH}, width {WIDTH}, 8x8, {VARIANT}", repeats=30)
+    chapter.bar("GPU time per step: mixed / float32",
+                steps16_cmp.ratio("mixed, one CUDA graph", "float32, one CUDA graph"), at_most=0.8)
+    chapter.compare("mixed step, by part", {"forward (gather not included)": net16.forward,
+                                            "backward": net16.backward, "optimizer + counter": net16.update},
+                    size=f"batch {BATCH}, width {WIDTH}, 8x8, {VARIANT}", repeats=30)
+    # the same two steps with twice the channels: the convolutions do 4x the arithmetic, the rest 2x
+    wide = nw.init_parameters(2 * WIDTH, seed=0)
+    wide_steps = {}
+    for name, wide_net in (("float32", nw.Network(wide, BATCH)), ("mixed", mixed.MixedNetwork(wide, BATCH, variant=VARIANT))):
+        wide_net.attach(train_x, train_y)
+        wide_steps[f"{name}, one CUDA graph"] = wide_net.graph()
+    chapter.compare("training step, mixed precision, twice as wide", wide_steps,
+                    size=f"batch {BATCH}, width {2 * WIDTH}, 8x8, {VARIANT}", repeats=30)
+else:
+    for key in ("training step, mixed precision", "mixed step, by part", "training step, mixed precision, twice as wide"):
+        chapter.show_stored(key)
+
+# %% [markdown]
 # ## What the numbers mean
 #
 # Figures from this run on a GPU, from the stored H100 run in the simulator. Host figures move by
@@ -343,6 +497,9 @@ parts = chapter.compare("training step, by part", {"forward (gather not included
 _accuracy = chapter.figure("training")
 _wall = chapter.figure("wall us per step")
 _graph, _plain, _torch = "workbook, one CUDA graph", "workbook, plain launches", "torch eager"
+_mixed = chapter.figure("mixed training")
+_last = min(10, len(_mixed["mixed accuracy"]))
+_wide = "training step, mixed precision, twice as wide"
 chapter.lesson("""
 - **It learns as well as torch.** {epochs} epochs of {steps} steps: {ours:.1%} of the held-out digits, the
   torch twin {theirs:.1%}; the two loss curves lie on each other (they differ only in the dropout
@@ -355,6 +512,15 @@ chapter.lesson("""
 - **The same step from Python, wrapper by wrapper**, costs {plain_host:.0f} us of host: each of its 28
   wrapper calls (47 launches) checks its arguments and builds its views, {per_call:.0f} us a call.
   Graphs exist for exactly this.
+- **Mixed precision learns as well**: {mixed_acc:.1%} of the held-out digits against float32's {ours:.1%}
+  (the means of the last {last} epochs {mixed_diff:.2f} points apart); the loss scale moved between
+  {scale_low:.0f} and {scale_high:.0f}, with {skipped} steps skipped.
+- **What a mixed step costs**: it takes {mixed_gpu:.2f} ms of GPU time against
+  float32's {graph_gpu:.2f} ({mixed_ratio:.2f} of it; the issue asks for 0.8). Its backward takes
+  {mixed_backward:.2f} ms, its forward {mixed_forward:.2f}: the tensor cores shorten every
+  convolution, but at 16,384 x 32 outputs each kernel is bound by latency, not by arithmetic, and the
+  float16 casts are launches of their own. With twice the channels the convolutions do four times
+  the arithmetic and the same comparison gives {wide_ratio:.2f} ({wide_mixed:.2f} ms against {wide_fp32:.2f}).
 - **Where our GPU time goes**: the backward ({backward:.2f} ms) is {bwd_vs_fwd:.1f} times the forward
   ({forward:.2f}). The data gradient runs at {dgrad:.1f} TFLOP/s against cuDNN's {dgrad_cudnn:.1f},
   the weight gradient at {wgrad:.1f} against {wgrad_cudnn:.1f}: a 32-row tile leaves a small layer
@@ -379,6 +545,15 @@ chapter.lesson("""
     dgrad_cudnn=chapter.figure("conv dgrad", "torch conv2d_input (cuDNN)", "tflops"),
     wgrad=chapter.figure("conv wgrad", "split-K implicit GEMM", "tflops"),
     wgrad_cudnn=chapter.figure("conv wgrad", "torch conv2d_weight (cuDNN)", "tflops"),
+    mixed_acc=_mixed["mixed accuracy"][-1], last=_last,
+    mixed_diff=chapter.figure(f"test accuracy, mean of the last {_last} epochs: mixed - float32 (points)"),
+    scale_low=min(_mixed["loss scale"]), scale_high=max(_mixed["loss scale"]), skipped=_mixed["skipped steps"],
+    mixed_gpu=chapter.figure("training step, mixed precision", "mixed, one CUDA graph"),
+    mixed_ratio=chapter.figure("GPU time per step: mixed / float32"),
+    mixed_backward=chapter.figure("mixed step, by part", "backward"),
+    mixed_forward=chapter.figure("mixed step, by part", "forward (gather not included)"),
+    wide_mixed=chapter.figure(_wide, "mixed, one CUDA graph"), wide_fp32=chapter.figure(_wide, "float32, one CUDA graph"),
+    wide_ratio=chapter.figure(_wide, "mixed, one CUDA graph") / chapter.figure(_wide, "float32, one CUDA graph"),
 )
 
 # %% [markdown]
@@ -405,9 +580,9 @@ exercises.show("ch08.4")
 
 # %% [markdown]
 # ## More to try
-# 1. Mixed precision: keep float16 activations, scale the loss, and unscale the flat gradient
-#    buffer with chapter 03's fused check-finite-and-unscale and its dynamic loss scale (a skipped
-#    step must also skip the optimizer: read found_inf in `sgd_momentum_kernel`).
+# 1. Make the mixed step pay: at width 32 every kernel here is latency-bound and the float16 casts
+#    cost launches of their own. Fuse the cast into chapter 01's BatchNorm (write the float16
+#    channels-last copy beside the float32 output), and the five weight casts into one launch.
 # 2. Fuse the global average pool's backward into the last BatchNorm's backward (its dy is the
 #    same value over a whole plane), and the bias add into the GEMM's epilogue.
 # 3. Give the weight gradient a tile of 32 x 96 with 16-byte shared loads (chapter 04's wide

@@ -15,6 +15,7 @@ Every kernel here is what the notebook shows and what tests/test_ch08_capstone.p
 """
 
 import math
+from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
@@ -232,7 +233,7 @@ def conv2d_wgrad(x, dy, dw, *, stride=1, padding=0, dilation=1, slices=None, str
         raise ValueError(f"slices must be a positive int, not {slices!r}")
     dw2 = dw.reshape(g.K, g.gemm_depth)
     if slices > 1:
-        _launches.launch(zero_kernel, _elementwise_blocks(dw.size), THREADS, (dw.reshape(-1),), stream=stream)
+        zero(dw, stream=stream)
     blocks = (math.ceil(g.gemm_depth / WGRAD.BN), math.ceil(g.K / WGRAD.BM), int(slices))
     _launches.launch(wgrad_kernel, blocks, wgrad_kernel.threads,
                      (x.reshape(-1), dy.reshape(-1), device_offset_table(g), g.H, g.W, g.C * g.H * g.W, g.P * g.Q, g.Q,
@@ -355,6 +356,23 @@ def column_sum_kernel(a, total):
             total[col] = partial
 
 
+def add_bias(out, b, *, stream=0):
+    """out (B, O) += b (O,) on every row; float32."""
+    out = require(out, "out", dtype=np.float32, ndim=2)
+    b = require(b, "b", dtype=np.float32, shape=(out.shape[1],))
+    _launches.launch(add_bias_kernel, _elementwise_blocks(out.size), THREADS, (out, b), stream=stream)
+    return out
+
+
+def column_sum(a, total, *, stream=0):
+    """total (O,) = a (B, O) summed over its rows; float32."""
+    a = require(a, "a", dtype=np.float32, ndim=2)
+    total = require(total, "total", dtype=np.float32, shape=(a.shape[1],))
+    _launches.launch(column_sum_kernel, max(1, math.ceil(total.size * 32 / THREADS)), THREADS, (a, total),
+                     stream=stream)
+    return total
+
+
 def _linear_shapes(x, wt, out_name, out):
     x = require(x, "x", dtype=np.float32, ndim=2)
     wt = require(wt, "wt", dtype=np.float32, ndim=2)
@@ -369,8 +387,7 @@ def linear_forward(x, wt, b, out, *, tile=None, stream=0):
     x, wt, out = _linear_shapes(x, wt, "out", out)
     require(b, "b", dtype=np.float32, shape=(wt.shape[1],))
     gemm(x, wt, out, tile=tile, stream=stream)
-    _launches.launch(add_bias_kernel, _elementwise_blocks(out.size), THREADS, (out, b), stream=stream)
-    return out
+    return add_bias(out, b, stream=stream)
 
 
 def linear_backward(x, wt, d_out, dx, dwt, db, *, tile=None, stream=0):
@@ -383,7 +400,7 @@ def linear_backward(x, wt, d_out, dx, dwt, db, *, tile=None, stream=0):
     gemm(xt, d_out, dwt, tile=tile, stream=stream)
     w = transpose(wt, workspace("w", wt.shape[::-1]), stream=stream)
     gemm(d_out, w, dx, tile=tile, stream=stream)
-    _launches.launch(column_sum_kernel, max(1, math.ceil(db.size * 32 / THREADS)), THREADS, (d_out, db), stream=stream)
+    column_sum(d_out, db, stream=stream)
     return dx, dwt, db
 
 
@@ -434,7 +451,9 @@ def batchnorm_eval_relu(x, gamma, beta, running_mean, running_var, y, *, identit
 
 
 @cuda.jit
-def sgd_momentum_kernel(params, grads, velocity, lr, momentum, weight_decay):
+def sgd_momentum_kernel(params, grads, velocity, lr, momentum, weight_decay, skip_if):
+    if skip_if[0] != 0:  # mixed precision: this step's gradients were not finite (mixed.py)
+        return
     for i in range(cuda.grid(1), params.size, cuda.gridsize(1)):
         w = params[i]
         v = momentum * velocity[i] + (grads[i] + weight_decay * w)
@@ -442,17 +461,24 @@ def sgd_momentum_kernel(params, grads, velocity, lr, momentum, weight_decay):
         params[i] = w - lr * v
 
 
-def sgd_momentum(params, grads, velocity, *, lr, momentum=0.9, weight_decay=0.0, stream=0):
-    """One SGD-with-momentum step over flat float32 buffers of the same size (in place)."""
+@lru_cache(maxsize=None)
+def _never():
+    return cuda.to_device(np.zeros(1, np.float32))
+
+
+def sgd_momentum(params, grads, velocity, *, lr, momentum=0.9, weight_decay=0.0, skip_if=None, stream=0):
+    """One SGD-with-momentum step over flat float32 buffers of the same size (in place). skip_if: a
+    float32 (1,) device flag (chapter 03's found_inf): if it is not 0 the kernel changes nothing."""
     params = require(params, "params", dtype=np.float32, ndim=1)
     grads = require(grads, "grads", dtype=np.float32, shape=params.shape)
     velocity = require(velocity, "velocity", dtype=np.float32, shape=params.shape)
     for name, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
         if not (isinstance(value, (int, float, np.floating)) and 0 <= value < math.inf):
             raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
+    skip_if = _never() if skip_if is None else require(skip_if, "skip_if", dtype=np.float32, shape=(1,))
     _launches.launch(sgd_momentum_kernel, _elementwise_blocks(params.size), THREADS,
-                     (params, grads, velocity, np.float32(lr), np.float32(momentum), np.float32(weight_decay)),
-                     stream=stream)
+                     (params, grads, velocity, np.float32(lr), np.float32(momentum), np.float32(weight_decay),
+                      skip_if), stream=stream)
     return params
 
 
@@ -464,6 +490,13 @@ def sgd_momentum(params, grads, velocity, *, lr, momentum=0.9, weight_decay=0.0,
 def add_into_kernel(a, b):
     for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
         a[i] += b[i]
+
+
+def zero(a, *, stream=0):
+    """a = 0, a float32 device array (before blocks add into it)."""
+    a = require(a, "a", dtype=np.float32)
+    _launches.launch(zero_kernel, _elementwise_blocks(a.size), THREADS, (a.reshape(-1),), stream=stream)
+    return a
 
 
 def add_into(a, b, *, stream=0):
@@ -494,14 +527,21 @@ def gather_batch(images, labels, order, counter, steps_per_epoch, x, targets, *,
                      (images, labels, order, counter, np.uint64(steps_per_epoch), x, targets), stream=stream)
 
 
+@cuda.jit(device=True)
+def record_and_advance(counter, loss, history):
+    """Keep the step's loss (history[step % len]) and advance the step counter, which the next
+    step's batch and dropout read. Returns the step that ended."""
+    step = counter[0]
+    history[step % np.uint64(history.size)] = loss[0]
+    counter[0] = step + np.uint64(1)
+    return step
+
+
 @cuda.jit
 def end_step_kernel(counter, loss, history):
-    """The last launch of a step: keep its loss (history[step % len]) and advance the step counter,
-    which the next step's batch and dropout read."""
+    """The last launch of a step (one thread)."""
     if cuda.grid(1) == 0:
-        step = counter[0]
-        history[step % np.uint64(history.size)] = loss[0]
-        counter[0] = step + np.uint64(1)
+        record_and_advance(counter, loss, history)
 
 
 def end_step(counter, loss, history, *, stream=0):

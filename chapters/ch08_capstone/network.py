@@ -216,11 +216,20 @@ class Network:
 
     # -- the step -------------------------------------------------------------------------------
 
+    def convolve(self, i, source, z, stream=0):
+        """z = convolution i of source (both float32 NCHW). MixedNetwork's runs on tensor cores."""
+        conv2d_implicit(source, self.params[f"conv{i}"], z, padding=1, tile=self.tile, stream=stream)
+
+    def linear(self, x, logits, stream=0):
+        """logits = the linear layer of x (float32 (n, width))."""
+        p = self.params
+        layers.linear_forward(x, p["fc.wt"], p["fc.b"], logits, tile=self.tile, stream=stream)
+
     def forward(self, stream=0):
-        p, conv = self.params, dict(padding=1, tile=self.tile, stream=stream)
+        p = self.params
         source = self.x
         for i in (1, 2, 3):
-            conv2d_implicit(source, p[f"conv{i}"], self.z[i], **conv)
+            self.convolve(i, source, self.z[i], stream)
             bn.batchnorm_relu_forward(self.z[i], p[f"bn{i}.gamma"], p[f"bn{i}.beta"], self.running[f"bn{i}.mean"],
                                       self.running[f"bn{i}.var"], self.a[i], self.mask[i], self.saved[i],
                                       identity=self.a[1] if i == 3 else None, momentum=BN_MOMENTUM, eps=EPS,
@@ -229,16 +238,32 @@ class Network:
         layers.global_avg_pool(self.a[3], self.pooled, stream=stream)
         drop.dropout_bitmask_counted(self.pooled.reshape(-1), self.p_drop, self.seed, self.counter,
                                      self.dropped.reshape(-1), self.drop_mask, stream=stream)
-        layers.linear_forward(self.dropped, p["fc.wt"], p["fc.b"], self.logits, tile=self.tile, stream=stream)
+        self.linear(self.dropped, self.logits, stream)
         ce.cross_entropy(self.logits, self.targets, self.losses, self.lse, self.loss, check_targets=False,
                          stream=stream)
+
+    def linear_backward(self, stream=0):
+        """d_dropped and the linear layer's gradients, from d_logits."""
+        p, g = self.params, self.grads
+        layers.linear_backward(self.dropped, p["fc.wt"], self.d_logits, self.d_dropped, g["fc.wt"], g["fc.b"],
+                               tile=self.tile, stream=stream)
+
+    def convolve_backward(self, i, stream=0):
+        """Convolution i's weight gradient and (but for the first) its data gradient, from d_z[i]."""
+        p, g = self.params, self.grads
+        source = self.x if i == 1 else self.a[i - 1]
+        layers.conv2d_wgrad(source, self.d_z[i], g[f"conv{i}"], padding=1, stream=stream)
+        if i > 1:  # the input needs no gradient
+            layers.conv2d_dgrad(self.d_z[i], p[f"conv{i}"], self.d_a[i - 1], padding=1, tile=self.tile,
+                                stream=stream)
+        if i == 2:  # a1 fed both conv2 and the residual: its two gradients add up
+            layers.add_into(self.d_a[1], self.d_identity, stream=stream)
 
     def backward(self, stream=0):
         p, g = self.params, self.grads
         ce.cross_entropy_backward(self.logits, self.targets, self.lse, self.d_logits, check_targets=False,
                                   stream=stream)
-        layers.linear_backward(self.dropped, p["fc.wt"], self.d_logits, self.d_dropped, g["fc.wt"], g["fc.b"],
-                               tile=self.tile, stream=stream)
+        self.linear_backward(stream)
         drop.dropout_backward_bitmask(self.d_dropped.reshape(-1), self.drop_mask, self.p_drop,
                                       self.d_pooled.reshape(-1), stream=stream)
         layers.global_avg_pool_backward(self.d_pooled, self.d_a[3], stream=stream)
@@ -247,13 +272,7 @@ class Network:
             bn.batchnorm_relu_backward(self.d_a[i], self.mask[i], self.z[i], p[f"bn{i}.gamma"], self.saved[i],
                                        self.d_z[i], g[f"bn{i}.gamma"], g[f"bn{i}.beta"],
                                        d_identity=self.d_identity if i == 3 else None, stream=stream)
-            source = self.x if i == 1 else self.a[i - 1]
-            layers.conv2d_wgrad(source, self.d_z[i], g[f"conv{i}"], padding=1, stream=stream)
-            if i > 1:  # the input needs no gradient
-                layers.conv2d_dgrad(self.d_z[i], p[f"conv{i}"], self.d_a[i - 1], padding=1, tile=self.tile,
-                                    stream=stream)
-            if i == 2:  # a1 fed both conv2 and the residual: its two gradients add up
-                layers.add_into(self.d_a[1], self.d_identity, stream=stream)
+            self.convolve_backward(i, stream)
 
     def update(self, stream=0):
         layers.sgd_momentum(self.params.flat, self.grads.flat, self.velocity.flat, lr=self.lr,
@@ -295,7 +314,7 @@ class Network:
             source = x
             for i in (1, 2, 3):
                 z = layers.workspace(f"eval z{i}", (n, self.width, IMAGE, IMAGE))
-                conv2d_implicit(source, p[f"conv{i}"], z, padding=1, tile=self.tile)
+                self.convolve(i, source, z)
                 a[i] = layers.workspace(f"eval a{i}", z.shape)
                 layers.batchnorm_eval_relu(z, p[f"bn{i}.gamma"], p[f"bn{i}.beta"], self.running[f"bn{i}.mean"],
                                            self.running[f"bn{i}.var"], a[i], identity=a[1] if i == 3 else None,
@@ -303,7 +322,7 @@ class Network:
                 source = a[i]
             pooled = layers.global_avg_pool(a[3], layers.workspace("eval pooled", (n, self.width)))
             logits = layers.workspace("eval logits", (n, CLASSES))
-            layers.linear_forward(pooled, p["fc.wt"], p["fc.b"], logits, tile=self.tile)
+            self.linear(pooled, logits)
             out.append(logits.copy_to_host())
         return np.concatenate(out)
 

@@ -18,7 +18,9 @@ pipelined.py's FP16/TF32 GEMM: 128x128 block tiles, three stages, swizzled ldmat
   A, copied by plan_rows/issue_rows and read by ldmatrix without transpose in both precisions (for
   16-bit data the untransposed 8x8 matrix of B^T is the mma's B fragment, as for 32-bit).
 - **TF32**: both operands rounded in registers (half a TF32 unit added to the bits, pipelined.py).
-- **The output** (N*P*Q, K) is out in NHWC, written by pipelined.store_warp_tile.
+- **The output** (N*P*Q, K) is out in NHWC, written by pipelined.store_warp_tile; or, for a caller
+  that goes on in NCHW (chapter 08's BatchNorm), (N, K, P*Q) (`layout="nchw"`): each value put
+  where its pixel and channel go.
 """
 
 import numpy as np
@@ -89,8 +91,54 @@ def first_depth(col, C, S):
     return col - tap * C, tap % S, tap // S
 
 
-def make_conv_kernel(precision):
-    """The implicit-GEMM convolution kernel for "f16" (float16 x and w) or "tf32" (float32)."""
+@cuda.jit(device=True)
+def output_rows(out, PQ):
+    """M = N*P*Q, the GEMM's rows, from an output (M, K) (channels last)."""
+    return out.shape[0]
+
+
+@cuda.jit(device=True)
+def output_rows_nchw(out, PQ):
+    """M from an output (N, K, P*Q) (channels first)."""
+    return out.shape[0] * PQ
+
+
+@cuda.jit(device=True)
+def pixel(out, m, PQ):
+    """Row m = (n, p, q) of the GEMM as (n, p*Q + q) of an (N, K, P*Q) output; n = N past the end."""
+    n = m // PQ
+    return min(n, out.shape[0]), m - n * PQ
+
+
+@cuda.jit(device=True)
+def store_nhwc(out, acc, row0, col0, lane, PQ):
+    store_warp_tile(out, acc, row0, col0, lane)
+
+
+@cuda.jit(device=True)
+def store_nchw(out, acc, row0, col0, lane, PQ):
+    """pipelined.store_warp_tile's walk over the accumulators into an (N, K, P*Q) output: a row's
+    pixel found once, its 16 values stored down the channels. A warp's lanes g hold 8 consecutive
+    rows: 8 neighbouring pixels of one channel per store."""
+    g, t = lane // 4, lane % 4
+    for i in range(MI):
+        for half in range(2):
+            n, at = pixel(out, row0 + 16 * i + g + 8 * half, PQ)
+            if n < out.shape[0]:
+                for j in range(NI):
+                    for e in range(2):
+                        k = col0 + 8 * j + 2 * t + e
+                        if k < out.shape[1]:
+                            out[n, k, at] = acc[(i * NI + j) * 4 + 2 * half + e]
+
+
+OUTPUTS = {"nhwc": (output_rows, store_nhwc), "nchw": (output_rows_nchw, store_nchw)}
+
+
+def make_conv_kernel(precision, layout="nhwc"):
+    """The implicit-GEMM convolution kernel for "f16" (float16 x and w) or "tf32" (float32); its
+    output channels last ("nhwc", out (N*P*Q, K)) or first ("nchw", out (N, K, P*Q))."""
+    rows_of, store = OUTPUTS[layout]
     f16 = precision == "f16"
     BK, CHUNK = (BK_F16, CHUNK_F16) if f16 else (BK_TF32, CHUNK_TF32)
     STAGE = BM * BK  # elements of one stage of a tile (B's tile is BN x BK, BN = BM)
@@ -122,8 +170,8 @@ def make_conv_kernel(precision):
 
     @cuda.jit
     def conv_implicit(x, wt, out, H, W, C, PQ, Q, S, sh, sw, ph, pw, dh, dw):
-        """out (N*P*Q, K) = the convolution of x (N*H*W*C, flat, NHWC) with wt (K, R*S*C) (KRSC)."""
-        M, KD = out.shape[0], wt.shape[1]
+        """out (N*P*Q, K) or (N, K, P*Q) = the convolution of x (N*H*W*C, flat, NHWC) with wt (K, R*S*C) (KRSC)."""
+        M, KD = rows_of(out, PQ), wt.shape[1]
         a_s = cuda.shared.array(TILE_STAGES, shared_type)
         b_s = cuda.shared.array(TILE_STAGES, shared_type)
         acc = cuda.local.array(ACCUMULATORS, float32)
@@ -172,12 +220,13 @@ def make_conv_kernel(precision):
             if step + 1 < steps:
                 fragments(a_s, b_s, read, 0, lane, wm, wn, a0, b0)
             multiply(a1, b1, acc)
-        store_warp_tile(out, acc, row0 + wm, col0 + wn, lane)
+        store(out, acc, row0 + wm, col0 + wn, lane, PQ)
 
     return conv_implicit
 
 
 KERNELS = {precision: make_conv_kernel(precision) for precision in ("f16", "tf32")}
+NCHW_KERNELS = {precision: make_conv_kernel(precision, "nchw") for precision in ("f16", "tf32")}
 
 
 def grid_for(M, K):

@@ -138,16 +138,20 @@ def gemm_bt(a, bt, c, *, stream=0):
     return c
 
 
-def conv2d(x, w, out, *, stride=1, padding=0, dilation=1, variant="pipelined", stream=0):
+def conv2d(x, w, out, *, stride=1, padding=0, dilation=1, variant="pipelined", out_layout="nhwc", stream=0):
     """out = the convolution of x with w on tensor cores, channels last: x (N, H, W, C), w (K, R, S, C),
-    both float16 (FP16 multiplies) or both float32 (TF32); out (N, P, Q, K) float32. C must be a
-    multiple of 8 (float16) or 4 (float32): a pixel's channels are copied 16 bytes at a time.
+    both float16 (FP16 multiplies) or both float32 (TF32); out (N, P, Q, K) float32, or (N, K, P, Q)
+    with out_layout="nchw". C must be a multiple of 8 (float16) or 4 (float32): a pixel's channels
+    are copied 16 bytes at a time.
     variant: "pipelined" (mma.sync, any GPU with tensor cores from 8.0) or "wgmma" (an H100)."""
     x = require(x, "x", dtype=(np.float32, np.float16), ndim=4)
     w = require(w, "w", dtype=x.dtype, ndim=4)
     (N, H, W, C), (K, R, S, Cw) = x.shape, w.shape
     g = conv_geometry((N, C, H, W), (K, Cw, R, S), stride, padding, dilation)
-    out = require(out, "out", dtype=np.float32, shape=(N, g.P, g.Q, K))
+    if out_layout not in ("nhwc", "nchw"):
+        raise ValueError(f"out_layout must be 'nhwc' or 'nchw', not {out_layout!r}")
+    nchw = out_layout == "nchw"
+    out = require(out, "out", dtype=np.float32, shape=(N, K, g.P, g.Q) if nchw else (N, g.P, g.Q, K))
     per_chunk = 16 // x.dtype.itemsize
     if C % per_chunk:
         raise ValueError(f"x has C={C} channels: the tensor-core convolution copies 16 bytes of channels at a time, "
@@ -159,13 +163,15 @@ def conv2d(x, w, out, *, stride=1, padding=0, dilation=1, variant="pipelined", s
     if ON_GPU:
         _gpu_has_tensor_cores()
     M = N * g.P * g.Q
-    args = (x.reshape(-1), w.reshape(K, -1), out.reshape(M, K), H, W, C, g.P * g.Q, g.Q, S, g.sh, g.sw, g.ph, g.pw,
-            g.dh, g.dw)
+    args = (x.reshape(-1), w.reshape(K, -1), out.reshape(N, K, g.P * g.Q) if nchw else out.reshape(M, K), H, W, C,
+            g.P * g.Q, g.Q, S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw)
     precision = PRECISIONS[np.dtype(x.dtype)]
     if variant == "wgmma":
-        _launch_wgmma(wgmma.KERNELS[precision][1], wgmma.grid_for(M, K), stream, *args)
+        kernel = wgmma.NCHW_KERNELS[precision] if nchw else wgmma.KERNELS[precision][1]
+        _launch_wgmma(kernel, wgmma.grid_for(M, K), stream, *args)
     else:
-        conv.KERNELS[precision][conv.grid_for(M, K), pipelined.THREADS, stream](*args)
+        kernel = (conv.NCHW_KERNELS if nchw else conv.KERNELS)[precision]
+        kernel[conv.grid_for(M, K), pipelined.THREADS, stream](*args)
     return out
 
 

@@ -32,7 +32,7 @@ from workbook.tensor_cores import (SWIZZLE_ATOM, SWIZZLE_ROW, WGMMA_ACCUMULATORS
                                    cp_async_wait, fence_proxy_async, shared_address, shared_descriptor, wgmma_commit,
                                    wgmma_f16, wgmma_fence, wgmma_tf32, wgmma_wait)
 
-from .conv import ROWS_A_THREAD, first_depth, make_gather, window_starts
+from .conv import OUTPUTS, ROWS_A_THREAD, first_depth, make_gather, pixel, window_starts
 
 BM, BN = 128, 128  # the block's tile of C
 THREADS = 256  # two warpgroups, 64 rows each
@@ -49,8 +49,10 @@ def shared_bytes():
     return 2 * STAGES * BM * SWIZZLE_ROW + SWIZZLE_ATOM
 
 
-def make_kernels(precision):
-    """(gemm, conv) for "f16" (float16 data) or "tf32" (float32 data, truncated to TF32)."""
+def make_kernels(precision, layout="nhwc"):
+    """(gemm, conv) for "f16" (float16 data) or "tf32" (float32 data, truncated to TF32); the
+    convolution's output channels last ("nhwc") or first ("nchw", as conv.py's)."""
+    rows_of = OUTPUTS[layout][0]
     dtype = np.float16 if precision == "f16" else np.float32
     ITEM = np.dtype(dtype).itemsize
     EL = 16 // ITEM  # elements a 16-byte unit
@@ -105,6 +107,25 @@ def make_kernels(precision):
                 if row < c.shape[0] and col < c.shape[1]:
                     c[row, col] = acc[4 * j + q]
 
+    if layout == "nhwc":
+        @cuda.jit(device=True)
+        def store_conv(out, acc, row0, col0, tid, PQ):
+            store(out, acc, row0, col0, tid)
+    else:
+        @cuda.jit(device=True)
+        def store_conv(out, acc, row0, col0, tid, PQ):
+            """store's walk into an (N, K, P*Q) output: each of the thread's two rows' pixel found once."""
+            wg, w, lane = tid // 128, tid % 128 // 32, tid % 32
+            g, t = lane // 4, lane % 4
+            for half in range(2):
+                n, at = pixel(out, row0 + 64 * wg + 16 * w + g + 8 * half, PQ)
+                if n < out.shape[0]:
+                    for j in range(BN // 8):
+                        for e in range(2):
+                            k = col0 + 8 * j + 2 * t + e
+                            if k < out.shape[1]:
+                                out[n, k, at] = acc[4 * j + 2 * half + e]
+
     @cuda.jit
     def gemm_wgmma(a, bt, c):
         """c = a @ bt.T; a (M, K), bt (N, K), c (M, N) float32."""
@@ -140,8 +161,8 @@ def make_kernels(precision):
 
     @cuda.jit
     def conv_wgmma(x, wt, out, H, W, C, PQ, Q, S, sh, sw, ph, pw, dh, dw):
-        """out (N*P*Q, K) = the convolution of x (N*H*W*C, flat, NHWC) with wt (K, R*S*C) (KRSC)."""
-        M, KD = out.shape[0], wt.shape[1]
+        """out (N*P*Q, K) or (N, K, P*Q) = the convolution of x (N*H*W*C, flat, NHWC) with wt (K, R*S*C) (KRSC)."""
+        M, KD = rows_of(out, PQ), wt.shape[1]
         smem = cuda.shared.array(0, dtype)
         acc = cuda.local.array(WGMMA_ACCUMULATORS, float32)
         for i in range(WGMMA_ACCUMULATORS):
@@ -180,12 +201,13 @@ def make_kernels(precision):
             wgmma_wait(0)
             read = read + 1 if read < STAGES - 1 else 0
             write = write + 1 if write < STAGES - 1 else 0
-        store(out, acc, row0, col0, tid)
+        store_conv(out, acc, row0, col0, tid, PQ)
 
     return gemm_wgmma, conv_wgmma
 
 
 KERNELS = {precision: make_kernels(precision) for precision in ("f16", "tf32")}
+NCHW_KERNELS = {precision: make_kernels(precision, "nchw")[1] for precision in ("f16", "tf32")}
 
 
 def grid_for(M, N):
