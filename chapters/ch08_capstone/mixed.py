@@ -118,7 +118,8 @@ class MixedNetwork(Network):
     def half_weights(self, stream=0):
         """The float32 masters, cast for this step's multiplies (one launch)."""
         p, w = self.params, self.width
-        _launches.launch(half_weights_kernel, layers._elementwise_blocks(self.w16[2].size), layers.THREADS,
+        # a thread per element of the largest array: each array's grid-stride loop is one trip
+        _launches.launch(half_weights_kernel, -(-self.w16[2].size // layers.THREADS), layers.THREADS,
                          (p["conv1"], p["conv2"], p["conv3"], p["fc.wt"], self.w16[1], self.w16[2], self.w16[3],
                           self.wt16[2], self.wt16[3], self.fc16.reshape(w, CLASSES), self.fc16_t.reshape(CLASSES, w)),
                          stream=stream)
