@@ -2,9 +2,10 @@
 tensor cores (chapter 09), everything else stays float32, and the weights the optimizer updates
 are the float32 masters. What a step adds to network.Network's:
 
-    forward    the masters cast to float16 (forward and turned filters, the linear layer's weight
-               and its transpose); each convolution's input cast to float16 channels last, the
-               product (float32, channels last) turned back to NCHW for chapter 01's BatchNorm
+    forward    the masters cast to float16 in one launch (forward and turned filters, the linear
+               layer's weight and its transpose); each convolution's input cast to float16
+               channels last, its float32 product written in NCHW (chapter 09's out_layout="nchw"),
+               as chapter 01's BatchNorm reads it
     backward   d_logits multiplied by the loss scale (read on the GPU); each convolution's output
                gradient cast to float16 -- where a scaled gradient passes 65504 it becomes Inf --
                then the weight gradient (half.wgrad_half) and the data gradient (chapter 09's
