@@ -360,14 +360,26 @@ def _bn64_backward(dy, gamma, cache):
     return dz, dgamma, dbeta
 
 
-def reference_loss_and_grads(params, x, targets, keep, p_drop):
+def reference_loss_and_grads(params, x, targets, keep, p_drop, *, half_scale=None):
     """The loss and every parameter's gradient, in float64, for one batch. keep: bool (B, width),
-    the dropout's keep mask (the workbook's Philox mask, so both networks drop the same values)."""
+    the dropout's keep mask (the workbook's Philox mask, so both networks drop the same values).
+
+    half_scale: mixed.MixedNetwork's reference: every operand of a convolution or of the linear
+    layer rounded to float16 where that network rounds it, the backward's after multiplying by
+    the loss scale half_scale (and dividing again: a power of two, exact). What is left between the
+    two is the order of the float32 sums."""
+    if half_scale is None:
+        def h(v, scale=1.0):
+            return v
+    else:
+        def h(v, scale=1.0):
+            return (v * scale).astype(np.float16).astype(np.float64) / scale
+    S = half_scale or 1.0
     q = {name: value.astype(np.float64) for name, value in params.items()}
     x = x.astype(np.float64)
     z, a, caches = {}, {0: x}, {}
     for i in (1, 2, 3):
-        z[i] = _conv64(a[i - 1], q[f"conv{i}"])
+        z[i] = _conv64(h(a[i - 1]), h(q[f"conv{i}"]))
         normed, caches[i] = _bn64(z[i], q[f"bn{i}.gamma"], q[f"bn{i}.beta"])
         if i == 3:
             normed = normed + a[1]
@@ -375,7 +387,7 @@ def reference_loss_and_grads(params, x, targets, keep, p_drop):
     pooled = a[3].mean(axis=(2, 3))
     scale = 1.0 / (1.0 - p_drop) if p_drop < 1 else 0.0
     dropped = np.where(keep, pooled * scale, 0.0)
-    logits = dropped @ q["fc.wt"] + q["fc.b"]
+    logits = h(dropped) @ h(q["fc.wt"]) + q["fc.b"]
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     batch = len(x)
@@ -385,18 +397,18 @@ def reference_loss_and_grads(params, x, targets, keep, p_drop):
     d_logits = np.exp(log_probs)
     d_logits[np.arange(batch), targets] -= 1.0
     d_logits /= batch
-    grads["fc.wt"], grads["fc.b"] = dropped.T @ d_logits, d_logits.sum(axis=0)
-    d_pooled = np.where(keep, (d_logits @ q["fc.wt"].T) * scale, 0.0)
+    grads["fc.wt"], grads["fc.b"] = h(dropped).T @ h(d_logits, S), d_logits.sum(axis=0)
+    d_pooled = np.where(keep, (h(d_logits, S) @ h(q["fc.wt"]).T) * scale, 0.0)
     d_a3 = np.broadcast_to(d_pooled[:, :, None, None] / (IMAGE * IMAGE), a[3].shape)
     g3 = np.where(a[3] > 0, d_a3, 0.0)  # through the last ReLU; also the identity's gradient
     dz, grads["bn3.gamma"], grads["bn3.beta"] = _bn64_backward(g3, q["bn3.gamma"], caches[3])
-    d_a2, grads["conv3"] = _conv64_backward(a[2], q["conv3"], dz)
+    d_a2, grads["conv3"] = _conv64_backward(h(a[2]), h(q["conv3"]), h(dz, S))
     g2 = np.where(a[2] > 0, d_a2, 0.0)
     dz, grads["bn2.gamma"], grads["bn2.beta"] = _bn64_backward(g2, q["bn2.gamma"], caches[2])
-    d_a1, grads["conv2"] = _conv64_backward(a[1], q["conv2"], dz)
+    d_a1, grads["conv2"] = _conv64_backward(h(a[1]), h(q["conv2"]), h(dz, S))
     g1 = np.where(a[1] > 0, d_a1 + g3, 0.0)  # a1 fed conv2 and the residual: both gradients
     dz, grads["bn1.gamma"], grads["bn1.beta"] = _bn64_backward(g1, q["bn1.gamma"], caches[1])
-    _, grads["conv1"] = _conv64_backward(x, q["conv1"], dz)
+    _, grads["conv1"] = _conv64_backward(h(x), h(q["conv1"]), h(dz, S))
     return loss, grads
 
 
