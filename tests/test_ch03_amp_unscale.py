@@ -104,6 +104,20 @@ def test_fewer_blocks_than_tiles(max_blocks):
     assert run_and_check(k.unscale_fused, host, 1 / 256, max_blocks=max_blocks) == 1.0
 
 
+def test_fused_on_a_stream_of_its_own():
+    """A training step captured into a CUDA graph launches on its capture stream (chapter 08)."""
+    rng = np.random.default_rng(8)
+    host = [rng.standard_normal(k.TILE + 3).astype(np.float32), rng.standard_normal(5).astype(np.float32)]
+    host[1][2] = np.nan
+    grads = k.GradientList([cuda.to_device(h) for h in host])
+    stream = cuda.stream()
+    found_inf, _ = k.unscale_fused(grads, flag(0.0), flag(0.25), stream=stream)
+    stream.synchronize()
+    expected, expected_flag = k.unscale_reference(host, 0.25)
+    k.assert_unscaled(grads, expected)
+    assert found_inf.copy_to_host()[0] == expected_flag[0] == 1.0
+
+
 def test_all_empty_list_launches_nothing():
     grads = k.GradientList([cuda.device_array(0, dtype=np.float32)] * 3)
     assert grads.launches == []

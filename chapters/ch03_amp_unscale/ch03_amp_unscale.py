@@ -327,6 +327,7 @@ else:
 # float16 "backward" — the scaled gradient rounded to float16 — is a kernel.)
 
 # %%
+workbook.show(k.update_scale)  # the rule, a device function: chapter 08's training step calls it too
 workbook.show(k.update_scale_kernel)
 
 # %%
