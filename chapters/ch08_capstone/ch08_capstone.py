@@ -484,6 +484,21 @@ if workbook.ON_GPU:
     gap = np.mean(mixed_history["mixed accuracy"][-last:]) - np.mean(history["workbook accuracy"][-last:])
     chapter.bar(f"test accuracy, mean of the last {last} epochs: mixed - float32 (points)", 100 * abs(gap),
                 at_most=0.5)
+
+    # the planted overflow in the trained network: a loss scale of 2^40, then 30 more steps
+    net16.set_scale(2.0**40)
+    for _ in range(30):
+        graph16()
+    cuda.synchronize()
+    planted_scales, planted_skipped = (v[-30:] for v in net16.scales_so_far(steps16 + 30))
+    skips = int(np.argmin(planted_skipped))  # the skipped steps in a row, until a scale fits float16
+    assert planted_skipped[0] and not planted_skipped[skips], "the scale should fall until a step fits"
+    chapter.record("planted overflow", {"scales": [float(v) for v in planted_scales], "skipped": skips,
+                                        "skipped in all": int(planted_skipped.sum()),
+                                        "accuracy after": net16.accuracy(test_x, test_y)})
+    print(f"planted scale 2^40: {skips} steps skipped in a row (scale {planted_scales[0]:.3g} -> "
+          f"{planted_scales[skips]:.3g}), {int(planted_skipped.sum())} of the 30 in all; test accuracy "
+          f"{chapter.records['planted overflow']['accuracy after']:.4f}")
 else:
     chapter.show_stored_figure("mixed")
 
@@ -530,6 +545,7 @@ _graph, _plain, _torch = "workbook, one CUDA graph", "workbook, plain launches",
 _mixed = chapter.figure("mixed training")
 _last = min(10, len(_mixed["mixed accuracy"]))
 _wide = "training step, mixed precision, twice as wide"
+_planted = chapter.figure("planted overflow")
 chapter.lesson("""
 - **It learns as well as torch.** {epochs} epochs of {steps} steps: {ours:.1%} of the held-out digits, the
   torch twin {theirs:.1%}; the two loss curves lie on each other (they differ only in the dropout
@@ -545,7 +561,9 @@ chapter.lesson("""
 - **Mixed precision learns as well**: {mixed_acc:.1%} of the held-out digits against float32's
   {ours:.1%} (the means of the last {last} epochs {mixed_diff:.2f} points apart), torch's AMP twin
   {amp_acc:.1%}; the loss scale moved between {scale_low:.0f} and {scale_high:.0f}, with {skipped}
-  steps skipped.
+  steps skipped. A scale of 2^40 planted in the trained network skipped {planted} steps in a row,
+  halving the scale each time down to {planted_scale:.3g}, where the steps fit float16 again
+  ({planted_all} of the 30 steps after it skipped in all).
 - **What a mixed step costs**: it takes {mixed_gpu:.2f} ms of GPU time against
   float32's {graph_gpu:.2f} ({mixed_ratio:.2f} of it; the issue asks for 0.8). Its backward takes
   {mixed_backward:.2f} ms, its forward {mixed_forward:.2f}: the tensor cores shorten every
@@ -578,6 +596,8 @@ chapter.lesson("""
     wgrad_cudnn=chapter.figure("conv wgrad", "torch conv2d_weight (cuDNN)", "tflops"),
     mixed_acc=_mixed["mixed accuracy"][-1], last=_last,
     amp_acc=_mixed["torch AMP accuracy"][-1] if _mixed.get("torch AMP accuracy") else float("nan"),
+    planted=_planted["skipped"], planted_scale=_planted["scales"][_planted["skipped"]],
+    planted_all=_planted["skipped in all"],
     mixed_diff=chapter.figure(f"test accuracy, mean of the last {_last} epochs: mixed - float32 (points)"),
     scale_low=min(_mixed["loss scale"]), scale_high=max(_mixed["loss scale"]), skipped=_mixed["skipped steps"],
     mixed_gpu=chapter.figure("training step, mixed precision", "mixed, one CUDA graph"),
