@@ -193,7 +193,7 @@ def issue_step(x, dy, dy_s, x_s, stage, m, M, Kp, H, W, Cp, PQ, Q, sh, sw, ph, p
     of it (2 chunks of dy, 4 of X), zeros past the edges and in the padding. The position is decoded
     once for its 6 chunks; each X chunk's tap (r*dh, s*dw, c) was worked out before the loop."""
     # unsigned 32-bit division: numba's signed // keeps Python's floor rounding, a dozen
-    # instructions more, and a 64-bit one more still (the position is < 2^31: wgrad_half checks)
+    # instructions more, and a 64-bit one more still (positions are < 2^31: wgrad_half checks)
     n = uint32(m) // uint32(PQ)
     rest = uint32(m) - n * uint32(PQ)
     p = rest // uint32(Q)
@@ -311,6 +311,8 @@ def wgrad_half(x16, dy16, dw, *, stride=1, padding=0, dilation=1, slices=None, s
         raise ValueError(f"for dw {tuple(dw.shape)} and x16 {tuple(x16.shape)}, dy16 must be ({N}, {g.P}, {g.Q}, Kp) "
                          f"with Kp >= {K}, and Kp and x16's channels ({Cp} >= {C}) multiples of {CHUNK}: "
                          f"dy16 is {tuple(dy16.shape)}")
+    if N * g.P * g.Q >= 2**31:
+        raise ValueError(f"{N * g.P * g.Q} output positions: the kernel decodes them in 32 bits (at most 2^31 - 1)")
     slices = wgrad_half_slices(g, Kp, Cp) if slices is None else slices
     if not isinstance(slices, (int, np.integer)) or slices < 1:
         raise ValueError(f"slices must be a positive int, not {slices!r}")
