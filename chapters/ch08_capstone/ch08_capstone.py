@@ -369,8 +369,8 @@ workbook.show(H.wgrad_half_kernel)
 # %% [markdown]
 # One mixed step against the float64 reference, told where the mixed network rounds to float16
 # (`half_scale`: each convolution's and the linear layer's operands, the backward's times the loss
-# scale). Against the plain float64 network the float16 operands' 11 bits show (about 1e-3 of each
-# gradient's norm), and a pre-activation within a rounding of 0 can flip a ReLU and its mask bit;
+# scale). Against the plain float64 network the float16 operands' 11 significant bits show, and a
+# pre-activation within a float16 rounding of 0 can flip a ReLU and its mask bit;
 # against this one only the order of the float32 sums is left. In the simulator, where a
 # tensor-core convolution runs its 128 threads one by one, this check is `tests/test_ch08_mixed.py`'s
 # and the notebook goes on to the planted overflow on 2 of the images.

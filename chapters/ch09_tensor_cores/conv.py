@@ -105,9 +105,9 @@ def output_rows_nchw(out, PQ):
 
 @cuda.jit(device=True)
 def pixel(out, m, PQ):
-    """Row m = (n, p, q) of the GEMM as (n, p*Q + q) of an (N, K, P*Q) output; n = N past the end."""
+    """Row m = (n, p, q) of the GEMM as (n, p*Q + q) of an (N, K, P*Q) output (n >= N past its end)."""
     n = m // PQ
-    return min(n, out.shape[0]), m - n * PQ
+    return n, m - n * PQ
 
 
 @cuda.jit(device=True)
