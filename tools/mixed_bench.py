@@ -2,6 +2,9 @@
 replays, CUDA events, interleaved), and a training run of both, the same batches and masks.
 
     python tools/mixed_bench.py [epochs] [repeats] [slices...]      WIDTH=64 for a wider network
+
+FP32_TILES="64x128 wide, prefetch;64x64 wide, prefetch" adds float32 networks on chapter 04's tiles
+of those names (the capstone's own tile is "fp32").
 """
 
 import os
@@ -13,6 +16,7 @@ import numpy as np
 
 from workbook import bench, cuda
 
+from chapters.ch04_implicit_gemm import tiles
 from chapters.ch08_capstone import half, mixed, network as nw
 
 epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 40
@@ -22,6 +26,8 @@ WIDTH = int(os.environ.get("WIDTH", 32))
 initial = nw.init_parameters(WIDTH, seed=0)
 nets = {"fp32": nw.Network(initial, 256), "mixed": mixed.MixedNetwork(initial, 256),
         "mixed wgmma": mixed.MixedNetwork(initial, 256, variant="wgmma")}
+for tile_name in filter(None, os.environ.get("FP32_TILES", "").split(";")):
+    nets[f"fp32 {tile_name}"] = nw.Network(initial, 256, tile=tiles.TILES[tile_name])
 graphs = {}
 for name, net in nets.items():
     net.attach(train_x, train_y)

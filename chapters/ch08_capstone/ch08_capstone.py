@@ -56,9 +56,12 @@ print(f"running on: {workbook.MODE}")
 chapter = workbook.Chapter("ch08", "Capstone: a network trained with the workbook's kernels")
 rng = np.random.default_rng(0)
 torch = bench.optional_torch()
+if torch is not None:  # float32 means float32 in torch too: no TF32 in its convolutions or GEMMs
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
 BATCH = workbook.size(gpu=256, sim=2)
-WIDTH = workbook.size(gpu=32, sim=2)
+WIDTH = workbook.size(gpu=64, sim=2)
 EPOCHS = workbook.size(gpu=40, sim=1)
 
 # %% [markdown]
@@ -98,8 +101,8 @@ workbook.show(L.conv2d_dgrad)
 #     dw[k, (c, r, s)] = sum over (n, p, q) of dy[n, k, p, q] * X[(c, r, s), (n, p, q)]
 #
 # The same X as the forward's (the im2col matrix, never built), but now it is the *depth* that
-# runs over N·P·Q = 16,384 positions, into a small 32 x 288 output: a few tiles with a very long
-# depth. The kernel splits that depth into hundreds of slices, one per block, and the blocks add
+# runs over N·P·Q positions (16,384 at batch 256), into a small K x 9·C output: a few tiles with a
+# very long depth. The kernel splits that depth into hundreds of slices, one per block, and the blocks add
 # their partial tiles into dw with atomics (split-K, as chapter 04 can; there stream-K won). Each
 # thread owns one depth position per step, decodes its (n, p, q) once, and loads its A and B values
 # down that position — consecutive threads, consecutive q: every load coalesced.
@@ -413,6 +416,8 @@ assert skipped16[7] and unchanged
 # **Training in mixed precision**, beside the float32 run above: the same initial weights, the
 # same batches in the same order, the same dropout masks. Also torch's AMP twin (autocast to
 # float16 and `GradScaler` with the same scale rule). On an H100 the convolutions run on wgmma.
+# After training, a loss scale of 2^40 is planted in the trained network and 30 more steps run:
+# the figure's right panel marks every skipped step.
 # Without a GPU the training and its timings are the stored H100 run's (a mixed step takes seconds
 # in the simulator; `tests/test_ch08_mixed.py` runs one there).
 
@@ -469,16 +474,6 @@ if workbook.ON_GPU:
           + (f", torch AMP {mixed_history['torch AMP accuracy'][-1]:.4f}" if amp is not None else "")
           + f"); loss scale {min(scales_used):.0f}..{max(scales_used):.0f}, {int(skipped_steps.sum())} steps skipped")
 
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-    left.plot(history["workbook loss"], label="float32")
-    left.plot(mixed_history["mixed loss"], "--", label="mixed precision")
-    left.set(xlabel="step", ylabel="training loss (batch mean)", yscale="log", title="loss")
-    right.step(np.arange(len(scales_used)), scales_used, where="post")
-    right.set(xlabel="step", ylabel="loss scale", yscale="log", title="the loss scale (GradScaler's rule, on the GPU)")
-    for axis in (left, right):
-        axis.grid(alpha=0.3)
-    left.legend()
-    chapter.savefig(figure, "mixed")
     last = min(10, len(mixed_history["mixed accuracy"]))
     chapter.bar("mixed precision: test accuracy", mixed_history["mixed accuracy"][-1], at_least=0.97)
     gap = np.mean(mixed_history["mixed accuracy"][-last:]) - np.mean(history["workbook accuracy"][-last:])
@@ -499,6 +494,25 @@ if workbook.ON_GPU:
     print(f"planted scale 2^40: {skips} steps skipped in a row (scale {planted_scales[0]:.3g} -> "
           f"{planted_scales[skips]:.3g}), {int(planted_skipped.sum())} of the 30 in all; test accuracy "
           f"{chapter.records['planted overflow']['accuracy after']:.4f}")
+
+    # the figure: both losses, and the loss scale of every step, the planted 30 included
+    all_scales, all_skipped = net16.scales_so_far(steps16 + 30)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    left.plot(history["workbook loss"], label="float32")
+    left.plot(mixed_history["mixed loss"], "--", label="mixed precision")
+    left.set(xlabel="step", ylabel="training loss (batch mean)", yscale="log", title="loss")
+    right.step(np.arange(len(all_scales)), all_scales, where="post", label="loss scale")
+    skipped_at = np.flatnonzero(all_skipped)
+    right.plot(skipped_at, all_scales[skipped_at], "x", color="tab:red", label="step skipped (Inf or NaN found)")
+    right.axvline(steps16, color="gray", lw=0.8, ls=":")
+    right.annotate("2^40 planted", (steps16, all_scales[steps16]), xytext=(-90, -10), textcoords="offset points",
+                   arrowprops={"arrowstyle": "->"})
+    right.set(xlabel="step", ylabel="loss scale", title="the loss scale (GradScaler's rule, on the GPU)")
+    right.set_yscale("log", base=2)
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+        axis.legend()
+    chapter.savefig(figure, "mixed")
 else:
     chapter.show_stored_figure("mixed")
 
@@ -519,17 +533,17 @@ if workbook.ON_GPU:  # a mixed step takes seconds in the simulator, and its time
     chapter.compare("mixed step, by part", {"forward (gather not included)": net16.forward,
                                             "backward": net16.backward, "optimizer + counter": net16.update},
                     size=f"batch {BATCH}, width {WIDTH}, 8x8, {VARIANT}", repeats=30)
-    # the same two steps with twice the channels: the convolutions do 4x the arithmetic, the rest 2x
-    wide = nw.init_parameters(2 * WIDTH, seed=0)
-    wide_steps = {}
-    for name, wide_net in (("float32", nw.Network(wide, BATCH)),
-                           ("mixed", mixed.MixedNetwork(wide, BATCH, variant=VARIANT))):
-        wide_net.attach(train_x, train_y)
-        wide_steps[f"{name}, one CUDA graph"] = wide_net.graph()
-    chapter.compare("training step, mixed precision, twice as wide", wide_steps,
-                    size=f"batch {BATCH}, width {2 * WIDTH}, 8x8, {VARIANT}", repeats=30)
+    # the same two steps with half the channels: the convolutions do 1/4 of the arithmetic, the rest 1/2
+    narrow = nw.init_parameters(WIDTH // 2, seed=0)
+    narrow_steps = {}
+    for name, narrow_net in (("float32", nw.Network(narrow, BATCH)),
+                             ("mixed", mixed.MixedNetwork(narrow, BATCH, variant=VARIANT))):
+        narrow_net.attach(train_x, train_y)
+        narrow_steps[f"{name}, one CUDA graph"] = narrow_net.graph()
+    chapter.compare("training step, mixed precision, half as wide", narrow_steps,
+                    size=f"batch {BATCH}, width {WIDTH // 2}, 8x8, {VARIANT}", repeats=30)
 else:
-    for key in ("training step, mixed precision", "mixed step, by part", "training step, mixed precision, twice as wide"):
+    for key in ("training step, mixed precision", "mixed step, by part", "training step, mixed precision, half as wide"):
         chapter.show_stored(key)
 
 # %% [markdown]
@@ -544,7 +558,7 @@ _wall = chapter.figure("wall us per step")
 _graph, _plain, _torch = "workbook, one CUDA graph", "workbook, plain launches", "torch eager"
 _mixed = chapter.figure("mixed training")
 _last = min(10, len(_mixed["mixed accuracy"]))
-_wide = "training step, mixed precision, twice as wide"
+_narrow = "training step, mixed precision, half as wide"
 _planted = chapter.figure("planted overflow")
 chapter.lesson("""
 - **It learns as well as torch.** {epochs} epochs of {steps} steps: {ours:.1%} of the held-out digits, the
@@ -554,7 +568,7 @@ chapter.lesson("""
   {torch_wall:.0f} ({ratio:.2f} of it). Not because the kernels are faster (the GPU time of a step is
   {graph_gpu:.2f} ms against torch's {torch_gpu:.2f}) but because torch pays {torch_host:.0f} us of
   host per step to issue its kernels through autograd, while the graph pays {graph_host:.0f} us to
-  issue all of ours. At this size every training step is launch-bound, torch's included.
+  issue all of ours: at this size torch's step is bound by its host, not by its GPU.
 - **The same step from Python, wrapper by wrapper**, costs {plain_host:.0f} us of host: each of its 28
   wrapper calls (47 launches) checks its arguments and builds its views, {per_call:.0f} us a call.
   Graphs exist for exactly this.
@@ -565,15 +579,18 @@ chapter.lesson("""
   halving the scale each time down to {planted_scale:.3g}, where the steps fit float16 again
   ({planted_all} of the 30 steps after it skipped in all).
 - **What a mixed step costs**: it takes {mixed_gpu:.2f} ms of GPU time against
-  float32's {graph_gpu:.2f} ({mixed_ratio:.2f} of it; the issue asks for 0.8). Its backward takes
-  {mixed_backward:.2f} ms, its forward {mixed_forward:.2f}: the tensor cores shorten every
-  convolution, but at 16,384 x 32 outputs each kernel is bound by latency, not by arithmetic, and the
-  float16 casts are launches of their own. With twice the channels the convolutions do four times
-  the arithmetic and the same comparison gives {wide_ratio:.2f} ({wide_mixed:.2f} ms against {wide_fp32:.2f}).
+  float32's {graph_gpu:.2f} ({mixed_ratio:.2f} of it). Its backward takes {mixed_backward:.2f} ms
+  against float32's {backward:.2f}, its forward {mixed_forward:.2f} against {forward:.2f}: the tensor
+  cores shorten every convolution and weight gradient, but BatchNorm, pooling and the loss stay
+  float32, and the float16 casts are launches of their own. With half the channels the
+  convolutions do a quarter of the arithmetic, every kernel is bound by latency rather than
+  arithmetic, and the same comparison gives only {narrow_ratio:.2f} ({narrow_mixed:.2f} ms against
+  {narrow_fp32:.2f}): mixed precision pays where the multiplies are much of a step's time.
 - **Where our GPU time goes**: the backward ({backward:.2f} ms) is {bwd_vs_fwd:.1f} times the forward
   ({forward:.2f}). The data gradient runs at {dgrad:.1f} TFLOP/s against cuDNN's {dgrad_cudnn:.1f},
-  the weight gradient at {wgrad:.1f} against {wgrad_cudnn:.1f}: a 32-row tile leaves a small layer
-  few blocks, and the weight gradient's slices add into dw with atomics. Chapter 01's BatchNorm
+  the weight gradient at {wgrad:.1f} against {wgrad_cudnn:.1f}: on layers this small a kernel's
+  launch and first loads are much of its time, and the weight gradient's slices add into dw with
+  atomics. Chapter 01's BatchNorm
   kernels give each 64-value plane a block of 256 threads, three quarters of them idle; a warp per
   plane would fit these shapes.
 """,
@@ -604,8 +621,9 @@ chapter.lesson("""
     mixed_ratio=chapter.figure("GPU time per step: mixed / float32"),
     mixed_backward=chapter.figure("mixed step, by part", "backward"),
     mixed_forward=chapter.figure("mixed step, by part", "forward (gather not included)"),
-    wide_mixed=chapter.figure(_wide, "mixed, one CUDA graph"), wide_fp32=chapter.figure(_wide, "float32, one CUDA graph"),
-    wide_ratio=chapter.figure(_wide, "mixed, one CUDA graph") / chapter.figure(_wide, "float32, one CUDA graph"),
+    narrow_mixed=chapter.figure(_narrow, "mixed, one CUDA graph"),
+    narrow_fp32=chapter.figure(_narrow, "float32, one CUDA graph"),
+    narrow_ratio=chapter.figure(_narrow, "mixed, one CUDA graph") / chapter.figure(_narrow, "float32, one CUDA graph"),
 )
 
 # %% [markdown]
@@ -632,9 +650,10 @@ exercises.show("ch08.4")
 
 # %% [markdown]
 # ## More to try
-# 1. Make the mixed step pay: at width 32 every kernel here is latency-bound and the float16 casts
-#    cost launches of their own. Fuse the cast into chapter 01's BatchNorm (write the float16
-#    channels-last copy beside the float32 output), and the five weight casts into one launch.
+# 1. Make the mixed step pay at half the width, where every kernel is latency-bound and the
+#    float16 casts cost launches of their own: a channels-last BatchNorm whose store writes the
+#    float16 copy the next convolution reads (chapter 01's blocks own one plane each, so a
+#    channels-last store from there is 2-byte writes 64 bytes apart).
 # 2. Fuse the global average pool's backward into the last BatchNorm's backward (its dy is the
 #    same value over a whole plane), and the bias add into the GEMM's epilogue.
 # 3. Give the weight gradient a tile of 32 x 96 with 16-byte shared loads (chapter 04's wide

@@ -33,7 +33,7 @@ ALIGN = 32  # each tensor of a flat buffer starts on 128 bytes: every 16-byte pa
 HISTORY = 4096  # losses kept on the GPU, one per step, read back once per epoch
 EPS, BN_MOMENTUM = 1e-5, 0.1
 
-# Chapter 04's tiles are 128 x 128 (or 64 x 64) outputs; these layers have only `width` = 32
+# Chapter 04's tiles are 128 x 128 (or 64 x 64) outputs; these layers have only `width` (32 or 64)
 # output channels, so a 32-row tile wastes nothing: 8 x 32 threads of 4 x 4 outputs, wide loads.
 CAPSTONE_TILE = (Tile(32, 128, 8, 4, 4, min_blocks=2, wide=True, prefetch=True) if ON_GPU
                  else Tile(8, 16, 4, 2, 2))
