@@ -117,7 +117,7 @@ from .intrinsics import INTRINSICS
 from .numba_typing import as_declared, declared_types
 from .sanitizer import RaceError, Sanitizer, UninitializedReadError, sanitizing  # noqa: F401
 from .scheduler import (FULL_MASK, STRICT_ENV, TIME_LIMIT_ENV, WARP_SIZE, BlockScheduler,  # noqa: F401
-                        KernelTimeoutError, StrictModeError,
+                        GridLaunch, GridSyncError, KernelTimeoutError, StrictModeError,
                         WarpDeadlockError, current, strict_mode)
 
 
@@ -134,6 +134,48 @@ class _ThreadingForKernels:
         return getattr(threading, name)
 
 
+COOPERATIVE_BLOCKS = 4  # what max_cooperative_grid_blocks says here: blocks that run at once, an OS thread each
+
+
+def _grid_sync(self):
+    current().block.grid_sync(current())
+
+
+def uses_grid_sync(function, _seen=None):
+    """Does this kernel (or a device function it calls) call cuda.cg.this_grid()? Then it launches
+    cooperatively, as numba launches it on a GPU."""
+    seen = set() if _seen is None else _seen
+    code = getattr(function, "__code__", None)
+    if code is None or code in seen:
+        return False
+    seen.add(code)
+    codes = [code]
+    while codes:
+        c = codes.pop()
+        if "this_grid" in c.co_names:
+            return True
+        codes.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+        named = [getattr(function, "__globals__", {}).get(name) for name in c.co_names]
+        for cell in getattr(function, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # a cell not yet filled
+                named.append(cell.cell_contents)
+        for called in named:
+            if getattr(called, "_device", False) and uses_grid_sync(called.fn, seen):
+                return True
+    return False
+
+
+def _block_manager(f, grid_dim, block_dim, debug):
+    cooperative = getattr(f, "_workbook_grid_sync", None)
+    if cooperative is None:
+        cooperative = uses_grid_sync(f)
+        with contextlib.suppress(AttributeError, TypeError):
+            f._workbook_grid_sync = cooperative
+    if cooperative and int(np.prod(grid_dim)) > 1:
+        return GridLaunch(f, grid_dim, block_dim, debug)
+    return BlockScheduler(f, grid_dim, block_dim, debug)
+
+
 def install():
     """Patch numba's CUDA simulator (idempotent; does nothing unless the simulator is enabled)."""
     from numba.cuda.core import config
@@ -146,7 +188,9 @@ def install():
         return
     for name, function in INTRINSICS.items():
         setattr(kernelapi.FakeCUDAModule, name, function)
-    kernel.BlockManager = BlockScheduler
+    kernel.BlockManager = _block_manager
+    kernelapi.GridGroup.sync = _grid_sync
+    kernel.FakeOverload.max_cooperative_grid_blocks = lambda self, blockdim, dynsmemsize=0: COOPERATIVE_BLOCKS
     kernelapi.threading = _ThreadingForKernels()  # threadIdx & co. come from the running greenlet
     global _stock_getitem
     _stock_getitem = kernel.FakeCUDAKernel.__getitem__

@@ -35,6 +35,10 @@ class KernelTimeoutError(RuntimeError):
     """Raised when a block runs past its time limit (strict mode): a loop that never ends, most likely."""
 
 
+class GridSyncError(RuntimeError):
+    """A cooperative launch whose blocks did not all reach the same cuda.cg.this_grid().sync()."""
+
+
 class _Abort(BaseException):
     """Unwinds a simulated thread after another thread of its block failed.
 
@@ -223,6 +227,8 @@ class BlockScheduler:
         self.block_dim = block_dim
         self.debug = debug
         self.lock = threading.Lock()
+        self.grid = None  # the GridBarrier of a cooperative launch (GridLaunch), else None
+        self.shared = None  # in a cooperative launch, this block's own shared memory (watch.py)
 
     def run(self, grid_point, *args):
         bx, by, bz = self.block_dim
@@ -238,6 +244,7 @@ class BlockScheduler:
         self.at_barrier = []  # (thread, predicate or None) waiting in syncthreads*
         self.exited_since_barrier = []  # threadIdx of threads that exited since the last syncthreads opened
         self.barrier_line = None  # where the first thread to arrive at the pending syncthreads called it
+        self.barrier_op = None  # what the pending barrier is: "syncthreads", ..., or "grid.sync"
         self.failure = None  # (exception, traceback) of the first thread that failed, or a deadlock
         self.finished = False
         self.timed_out = self.time_up_landed = False
@@ -329,14 +336,20 @@ class BlockScheduler:
         with self.lock:
             if self.failure is not None:
                 raise _Abort()
-            if not self.at_barrier and self.strict:
-                self.barrier_line = kernel_line(sys._getframe(1))
+            if not self.at_barrier:
+                self.barrier_op = op
+                if self.strict:
+                    self.barrier_line = kernel_line(sys._getframe(1))
             self.at_barrier.append((me, predicate))
             if len(self.at_barrier) == self.live:
                 return self._open_barrier(me)
             me.waiting_in = (op, None)
             self._wait(me)
         return self._sleep(me)
+
+    def grid_sync(self, me):
+        """cuda.cg.this_grid().sync(): a syncthreads whose opening waits for every block of the grid."""
+        self.barrier(me, "grid.sync", None)
 
     def activemask(self, me, site):
         with self.lock:
@@ -454,6 +467,8 @@ class BlockScheduler:
             if me is not None:
                 raise _Abort()
             return None
+        if self.barrier_op == "grid.sync" and self.grid is not None:
+            self.grid.wait(self)  # this block's threads are all here: hold them until every block is
         arrivals, self.at_barrier = self.at_barrier, []
         self.barriers += 1
         self.exited_since_barrier = []
@@ -558,3 +573,89 @@ def _unwrap(result):
     if isinstance(result, _Raise):
         raise result.error
     return result
+
+
+class GridBarrier:
+    """cuda.cg.this_grid().sync() across the blocks of a cooperative launch, each block running in
+    an OS thread of its own (GridLaunch). A block arrives when all its live threads have; the
+    barrier opens when every block has arrived. A block that ends while others wait at the barrier
+    (or before they reach it) would hang a GPU: here it is a GridSyncError naming the block."""
+
+    TIMEOUT_S = 600
+
+    def __init__(self, blocks):
+        self.blocks = blocks
+        self.cond = threading.Condition()
+        self.arrived, self.generation = 0, 0
+        self.ended, self.error = [], None
+
+    def wait(self, block):
+        with self.cond:
+            self._raise_if_broken(block)
+            generation = self.generation
+            self.arrived += 1
+            if self.arrived == self.blocks:
+                self.arrived, self.generation = 0, generation + 1
+                self.cond.notify_all()
+                return
+            if not self.cond.wait_for(lambda: self.generation != generation or self.error or self.ended,
+                                      timeout=self.TIMEOUT_S):
+                self.error = GridSyncError(f"block {block.block_idx} waited {self.TIMEOUT_S} s in grid.sync()")
+            if self.generation == generation:
+                self._raise_if_broken(block)
+
+    def _raise_if_broken(self, block):
+        if self.ended:
+            raise GridSyncError(
+                f"block {block.block_idx} waits in cuda.cg.this_grid().sync(), which block(s) "
+                f"{', '.join(str(b) for b in self.ended[:4])} will never reach: they ended first. Every "
+                "block must reach each grid.sync() (not one inside a branch some blocks skip); on a GPU "
+                "this launch would hang.")
+        if self.error is not None:
+            raise GridSyncError(f"block {block.block_idx}: another block failed ({self.error})")
+
+    def block_ended(self, block_idx, error=None):
+        with self.cond:
+            if error is not None:
+                self.error = self.error or error
+            else:
+                self.ended.append(tuple(block_idx))
+            self.cond.notify_all()
+
+
+class GridLaunch:
+    """Stands in for the block scheduler of a kernel that calls cuda.cg.this_grid().sync(): at the
+    first grid point the stock simulator hands it, it runs every block of the grid at once, each
+    on an OS thread of its own with a BlockScheduler, sharing a GridBarrier (on a GPU, a
+    cooperative launch: all blocks resident together); later grid points find the work done."""
+
+    def __init__(self, f, grid_dim, block_dim, debug):
+        self.f, self.grid_dim, self.block_dim, self.debug = f, grid_dim, block_dim, debug
+
+    def run(self, grid_point, *args):
+        if any(grid_point):
+            return
+        points = list(np.ndindex(*self.grid_dim))
+        barrier = GridBarrier(len(points))
+        errors = {}
+
+        def one_block(point):
+            block = BlockScheduler(self.f, self.grid_dim, self.block_dim, self.debug)
+            block.grid = barrier
+            try:
+                block.run(point, *args)
+            except BaseException as error:  # noqa: BLE001 (handed to the launching thread below)
+                errors[point] = error
+                barrier.block_ended(point, error)
+            else:
+                barrier.block_ended(point)
+
+        threads = [threading.Thread(target=one_block, args=(point,), daemon=True) for point in points]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:  # the first failure that is not just another block's failure reported back
+            first = sorted(errors.items(), key=lambda item: (isinstance(item[1], GridSyncError)
+                                                             and "another block failed" in str(item[1]), item[0]))
+            raise first[0][1]

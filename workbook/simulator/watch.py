@@ -23,6 +23,7 @@ what the lessons count. With no listener, a plain run pays one list test per acc
 import contextlib
 import sys
 
+import greenlet
 import numpy as np
 
 from .numba_typing import widened
@@ -262,14 +263,20 @@ def install():
         if not isinstance(dtype, np.dtype):
             from numba.np import numpy_support
             dtype = numpy_support.as_dtype(dtype) if not isinstance(dtype, type) else np.dtype(dtype)
+        allocations, dynamic = self._allocations, self._dynshared
+        block = getattr(greenlet.getcurrent(), "block", None)
+        if getattr(block, "grid", None) is not None:  # a cooperative launch: its blocks run at once, each its own
+            if block.shared is None:
+                block.shared = ({}, np.zeros(self._dynshared_size, dtype=np.byte))
+            allocations, dynamic = block.shared
         if shape == 0:  # dynamic shared memory: every such array is a view of one buffer
-            ary = np.frombuffer(self._dynshared.data, dtype=dtype, count=self._dynshared_size // dtype.itemsize)
+            ary = np.frombuffer(dynamic.data, dtype=dtype, count=self._dynshared_size // dtype.itemsize)
         else:
             caller = sys._getframe(1)
             key = (caller.f_code.co_filename, caller.f_lineno)
-            ary = self._allocations.get(key)
+            ary = allocations.get(key)
             if ary is None:
-                ary = self._allocations[key] = np.empty(shape, dtype)
+                ary = allocations[key] = np.empty(shape, dtype)
         return SharedArray(ary) if _listeners else ary
 
     kernelapi.FakeCUDAShared.array = shared_array

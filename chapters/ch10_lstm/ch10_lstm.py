@@ -1,0 +1,243 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 10 — The LSTM layer: from a GEMM per gate per step to a persistent kernel
+#
+# An LSTM reads a sequence one step at a time, and each step needs the last one's output: the
+# recurrence that makes it hard to keep a GPU busy. For each step t and each layer:
+#
+#     z   = x_t @ W_ih^T + h_{t-1} @ W_hh^T + b          (B, 4H): four gates side by side
+#     i, f, o = sigmoid(z_i), sigmoid(z_f), sigmoid(z_o);   g = tanh(z_g)
+#     c_t = f * c_{t-1} + i * g;     h_t = o * tanh(c_t)
+#
+# In this chapter you will learn
+# - why the LSTM "Learn CUDA Programming" builds from cuBLAS calls (a GEMM per gate per step, then
+#   element-wise kernels) spends its time launching, not computing;
+# - the rewrites of NVIDIA's "Optimizing Recurrent Neural Networks in cuDNN 5": the four gates as
+#   one GEMM, the input term of every step hoisted into one big GEMM, the cell fused into one kernel;
+# - Baidu's persistent RNN: one launch for the whole sequence, the recurrent weights kept in shared
+#   memory, and a grid-wide barrier (`cuda.cg.this_grid().sync()`) between steps;
+# - how these compare with cuDNN's LSTM (`torch.nn.LSTM`) at the book's sizes and at small batches.
+#
+# Every variant is checked against a float64 NumPy LSTM (`reference.py`). Without a GPU, the
+# simulator runs all of them on a small LSTM (its grid barrier included: the blocks of a
+# cooperative launch run side by side there) and the stored H100 figures follow each comparison.
+
+# %%
+# %load_ext autoreload
+# %autoreload 2
+import numpy as np
+
+import workbook
+from workbook import bench, cuda
+
+from chapters.ch10_lstm import fused, naive, persistent
+from chapters.ch10_lstm import reference as ref
+
+print(f"running on: {workbook.MODE}")
+chapter = workbook.Chapter("ch10", "The LSTM layer: per-gate GEMMs, fused steps, a persistent kernel")
+rng = np.random.default_rng(0)
+torch = bench.optional_torch()
+if torch is not None:  # float32 means float32 for cuDNN too: no TF32 tensor cores in its GEMMs
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+# the book's sizes on a GPU; a small LSTM with awkward sizes in the simulator
+STEPS = workbook.size(gpu=512, sim=3)
+HIDDEN = workbook.size(gpu=512, sim=33)
+INPUT = workbook.size(gpu=512, sim=7)
+LAYERS = workbook.size(gpu=4, sim=2)
+BATCHES = (1, 8, 64) if workbook.ON_GPU else (3,)
+
+weights = ref.init_lstm(INPUT, HIDDEN, LAYERS, seed=0)
+rtol, atol = ref.tolerance(HIDDEN, INPUT)
+print(f"T={STEPS} steps, I={INPUT}, H={HIDDEN}, {LAYERS} layers; tolerance rtol={rtol:g}, atol={atol:.2g}")
+
+
+def inputs(batch, seed=1):
+    """x (T, B, I), h0 and c0 (L, B, H): float32, on the host."""
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((STEPS, batch, INPUT)).astype(np.float32)
+    h0, c0 = (0.5 * r.standard_normal((LAYERS, batch, HIDDEN))).astype(np.float32), \
+        (0.5 * r.standard_normal((LAYERS, batch, HIDDEN))).astype(np.float32)
+    return x, h0, c0
+
+
+def check(out, expected, name):
+    for what, got, want in zip(("y", "h_n", "c_n"), out, expected):
+        workbook.assert_close(workbook.check.to_host(got), np.asarray(want, np.float32), rtol=rtol, atol=atol,
+                              name=f"{name}: {what}")
+
+
+# %% [markdown]
+# ## Naive: the book's structure, made correct
+#
+# Per step and per gate, two GEMMs (chapter 04's, our cuBLAS) and an activation kernel, then the
+# cell and the hidden state: 14 launches a step a layer, 28,672 for the book's 512 steps and 4
+# layers. Each launch is a small B x H piece of work, and the input term, which depends on no earlier
+# step, is computed inside the loop anyway.
+
+# %%
+workbook.show(naive.NaiveLSTM._layer)
+workbook.show(naive.gate_kernel)
+
+# %% [markdown]
+# ## Fused: one GEMM for all steps' inputs, one for the gates, one kernel for the cell
+#
+# `x_t @ W_ih^T` for every t is one (T·B, I) @ (I, 4H) GEMM before the loop: large enough to fill
+# the GPU. What is left in the loop is the recurrence: one (B, H) @ (H, 4H) GEMM and one kernel
+# that adds the three terms, applies the four activations and updates c and h. Two launches a step.
+
+# %%
+workbook.show(fused.FusedLSTM._layer)
+workbook.show(fused.fused_cell_kernel)
+
+# %% [markdown]
+# ## Persistent: the recurrent weights stay on chip
+#
+# Even fused, each step reads W_hh (4H x H floats, 4 MB at H = 512) from memory again and pays two
+# launches. A persistent kernel is launched once per layer: block k owns a few hidden units, copies
+# their four gates' rows of W_hh into shared memory *once*, and then runs every step: stage
+# h_{t-1}, a warp per weight row multiplies it (a shuffle reduction), a thread per unit applies the
+# cell, and the grid meets at `grid.sync()` before anyone reads h_t. The grid must be resident at
+# once, a block per SM: numba launches a kernel calling `cuda.cg.this_grid()` cooperatively and
+# `max_cooperative_grid_blocks` says how large it may be; the wrapper refuses more.
+
+# %%
+workbook.show(persistent.persistent_layer_kernel)
+
+# %%
+net_naive, net_fused = naive.NaiveLSTM(weights), fused.FusedLSTM(weights)
+net_persistent = persistent.PersistentLSTM(weights)
+print(f"persistent: {net_persistent.blocks} blocks of {persistent.THREADS} threads, {net_persistent.units} "
+      f"hidden units each, {net_persistent.shared_bytes} bytes of shared memory a block")
+w_hh_bytes = 4 * 4 * HIDDEN * HIDDEN
+chapter.record("recurrent weight bytes read per layer", {"layers": LAYERS,
+    "fused: W_hh every step": STEPS * w_hh_bytes, "persistent: W_hh once": w_hh_bytes,
+    "steps": STEPS, "W_hh bytes": w_hh_bytes})
+
+
+def torch_lstm(batch):
+    """torch.nn.LSTM (cuDNN) with the same weights, and a call on the same device inputs."""
+    lstm = torch.nn.LSTM(INPUT, HIDDEN, LAYERS).cuda()
+    with torch.no_grad():
+        for layer, w in enumerate(weights):
+            for name in ("w_ih", "w_hh", "b_ih", "b_hh"):
+                getattr(lstm, f"{name.replace('w_', 'weight_').replace('b_', 'bias_')}_l{layer}").copy_(
+                    torch.from_numpy(w[name]))
+    return lstm
+
+
+# %% [markdown]
+# ## All three against cuDNN
+#
+# The whole forward (every layer, every step) from the same inputs, checked against the float64
+# reference, then timed with CUDA events. The naive LSTM takes seconds at the book's sizes, so it
+# runs at batch 64 only.
+
+# %%
+comparisons = {}
+for batch in BATCHES:
+    x, h0, c0 = inputs(batch)
+    d_x, d_h0, d_c0 = cuda.to_device(x), cuda.to_device(h0), cuda.to_device(c0)
+    variants = {}
+    if batch == max(BATCHES):
+        variants["naive: 2 GEMMs a gate a step"] = lambda: net_naive(d_x, d_h0, d_c0)
+    variants["fused: hoisted input GEMM, fused cell"] = lambda: net_fused(d_x, d_h0, d_c0)
+    variants["persistent: W_hh in shared memory"] = lambda: net_persistent(d_x, d_h0, d_c0)
+    baselines = {}
+    if torch is not None:
+        lstm = torch_lstm(batch)
+        t_x, t_h0, t_c0 = (bench.torch_view(a) for a in (d_x, d_h0, d_c0))
+
+        def cudnn(lstm=lstm, t_x=t_x, t_h0=t_h0, t_c0=t_c0):
+            with torch.no_grad():
+                y, (h, c) = lstm(t_x, (t_h0, t_c0))
+            return y, h, c
+        baselines["torch.nn.LSTM (cuDNN)"] = cudnn
+    flops = 2.0 * STEPS * batch * 4 * HIDDEN * (INPUT + HIDDEN + (LAYERS - 1) * 2 * HIDDEN)
+    comparisons[batch] = chapter.compare(
+        f"LSTM forward, batch {batch}", variants, baselines=baselines, flops=flops,
+        reference=lambda x=x, h0=h0, c0=c0: ref.lstm_reference(x, weights, h0, c0), check=check,
+        size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=5 if "naive" in str(variants) else 15)
+
+# %%
+if workbook.ON_GPU:
+    big = max(BATCHES)
+    chapter.bar(f"whole forward, batch {big}: fused vs naive (speed-up)",
+                comparisons[big].ratio("naive: 2 GEMMs a gate a step", "fused: hoisted input GEMM, fused cell"),
+                at_least=5)
+    for batch, target in ((1, 1.5), (8, 1.5), (64, 0.8)):
+        if torch is None or batch not in comparisons:
+            continue
+        ours = [t for t in comparisons[batch].timings if t.kind == "kernel"]
+        best = min(ours, key=lambda t: t.median_ms)
+        chapter.bar(f"batch {batch}: fastest workbook LSTM ({best.name.split(':')[0]}) vs cuDNN (speed-up)",
+                    comparisons[batch].ratio("torch.nn.LSTM (cuDNN)", best.name), at_least=target)
+else:
+    for batch in (1, 8, 64):
+        chapter.show_stored(f"LSTM forward, batch {batch}")
+
+# %% [markdown]
+# ## What the numbers mean
+
+# %%
+_persistent, _fused, _naive = ("persistent: W_hh in shared memory", "fused: hoisted input GEMM, fused cell",
+                               "naive: 2 GEMMs a gate a step")
+_cudnn = "torch.nn.LSTM (cuDNN)"
+_traffic = chapter.figure("recurrent weight bytes read per layer")
+
+
+def _ms(batch, variant):
+    return chapter.figure(f"LSTM forward, batch {batch}", variant)
+
+
+chapter.lesson("""
+- **Launches, not arithmetic, set the naive LSTM's time**: {naive:.0f} ms for a forward at batch 64
+  against {fused:.0f} ms fused ({fused_speedup:.1f}x) for the same arithmetic. The naive LSTM issues
+  14 launches a step a layer, the fused one 2 (and one big GEMM a layer), and the GPU waits for
+  each: the fused forward costs its host {fused_host:.0f} ms, about all of its GPU time.
+- **The persistent kernel** issues one launch a layer and reads W_hh from memory once per sequence
+  ({once:.1f} MB a layer, against {every:.0f} MB over {steps} steps when every step reads it). At
+  batch 1 a step of a layer takes it {step1:.1f} us: the whole forward {p1:.1f} ms against cuDNN's
+  {c1:.1f} ({s1:.2f} of cuDNN's speed). Its time grows with the batch ({p8:.1f} ms at 8, {p64:.0f} at 64,
+  against {c8:.1f} and {c64:.1f}): a block multiplies {chunk} batch rows at a time, a warp per weight
+  row, three block barriers a chunk, so at batch 64 most of its time is spent waiting, not
+  multiplying. It is correct, and it is the structure; it is not yet fast (see EXPERIMENTS.md).
+""",
+    naive=_ms(64, _naive), fused=_ms(64, _fused), fused_speedup=_ms(64, _naive) / _ms(64, _fused),
+    fused_host=chapter.figure("LSTM forward, batch 64", _fused, "host_us") / 1e3,
+    once=_traffic["persistent: W_hh once"] / 1e6, every=_traffic["fused: W_hh every step"] / 1e6,
+    steps=_traffic["steps"], chunk=persistent.CHUNK,
+    step1=1e3 * _ms(1, _persistent) / (_traffic["steps"] * _traffic["layers"]),
+    p1=_ms(1, _persistent), c1=_ms(1, _cudnn), s1=_ms(1, _cudnn) / _ms(1, _persistent),
+    p8=_ms(8, _persistent), c8=_ms(8, _cudnn), p64=_ms(64, _persistent), c64=_ms(64, _cudnn),
+)
+
+# %% [markdown]
+# ## More to try
+# 1. Capture the fused LSTM's step loop as one CUDA graph (chapter 07): its time is its host's.
+# 2. The persistent kernel at batch 64: give each thread a tile of (weight rows x batch rows), as a
+#    GEMM does, instead of a warp per row and a shuffle reduction per batch row.
+# 3. All layers in one persistent kernel, in a wavefront: layer l at step t beside layer l+1 at
+#    step t-1, one grid barrier per wavefront step (T + L - 1 barriers instead of T·L).
+#
+# ## References
+# - Jaegeun Han and Bharatkumar Sharma, *Learn CUDA Programming*, chapter 10 (the LSTM from cuBLAS
+#   calls, against cuDNN).
+# - Jeremy Appleyard, *Optimizing Recurrent Neural Networks in cuDNN 5*, NVIDIA developer blog.
+# - Greg Diamos et al., *Persistent RNNs: Stashing Recurrent Weights On-Chip*, ICML 2016.
+
+# %%
+chapter.save()

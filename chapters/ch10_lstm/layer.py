@@ -1,0 +1,71 @@
+"""What every LSTM variant of chapter 10 shares: its weights on the GPU, its inputs checked, its
+outputs, and the gate functions the kernels call. Each variant (naive.py, fused.py, persistent.py)
+subclasses LSTM and writes `_layer`: one layer over the whole sequence."""
+
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+from workbook.inputs import require
+
+ONE = float32(1.0)
+
+
+@cuda.jit(device=True, forceinline=True)
+def sigmoid(z):
+    return ONE / (ONE + math.exp(-z))
+
+
+class LSTM:
+    """A stack of LSTM layers on the GPU. weights: reference.init_lstm's list (float32, host)."""
+
+    def __init__(self, weights):
+        if not weights:
+            raise ValueError("an LSTM needs at least one layer")
+        self.hidden = weights[0]["w_hh"].shape[1]
+        self.input_size = weights[0]["w_ih"].shape[1]
+        self.layers = len(weights)
+        for number, w in enumerate(weights):
+            fan_in = self.input_size if number == 0 else self.hidden
+            expected = {"w_ih": (4 * self.hidden, fan_in), "w_hh": (4 * self.hidden, self.hidden),
+                        "b_ih": (4 * self.hidden,), "b_hh": (4 * self.hidden,)}
+            for name, shape in expected.items():
+                require(w[name], f"layer {number} {name}", dtype=np.float32, shape=shape, device=False)
+        self.bias = [cuda.to_device(w["b_ih"] + w["b_hh"]) for w in weights]
+        self._workspaces = {}
+
+    def __call__(self, x, h0=None, c0=None, stream=0):
+        """(y, h_n, c_n) for x (T, B, I) on the GPU; h0, c0 (L, B, H) or None (zeros)."""
+        x = require(x, "x", dtype=np.float32, ndim=3)
+        T, B, I = x.shape
+        if I != self.input_size:
+            raise ValueError(f"x has {I} features per step, the first layer takes {self.input_size}")
+        if T == 0 or B == 0:
+            raise ValueError(f"x of shape {tuple(x.shape)} has no steps or no batch")
+        state_shape = (self.layers, B, self.hidden)
+        h_n, c_n = self._buffer("h_n", state_shape, stream), self._buffer("c_n", state_shape, stream)
+        for name, given, out in (("h0", h0, h_n), ("c0", c0, c_n)):
+            if given is None:
+                out[:] = 0  # the state starts at zero; each layer reads its slice, then overwrites it
+            else:
+                out.copy_to_device(require(given, name, dtype=np.float32, shape=state_shape), stream=stream)
+        sequence = x
+        for layer in range(self.layers):
+            y = self._buffer(f"y{layer % 2}", (T, B, self.hidden), stream)
+            self._layer(layer, sequence, h_n[layer], c_n[layer], y, stream)
+            sequence = y
+        return sequence, h_n, c_n
+
+    def _buffer(self, name, shape, stream):
+        """A device array kept between calls of the same shapes (two y buffers, each layer's input
+        the previous one's output)."""
+        key = (name, shape)
+        if key not in self._workspaces:
+            self._workspaces[key] = cuda.device_array(shape, np.float32, stream=stream)
+        return self._workspaces[key]
+
+    def _layer(self, layer, x, h, c, y, stream):
+        """One layer over the sequence: y[t] = h_t; h and c (B, H) hold the initial state and are
+        left holding the last one."""
+        raise NotImplementedError

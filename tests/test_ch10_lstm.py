@@ -1,0 +1,99 @@
+"""Chapter 10: every LSTM variant against the float64 NumPy LSTM at awkward sizes (one step, one
+unit, a batch past the persistent kernel's chunk, sizes that split unevenly over its blocks), NaN
+carried as the reference carries it, and bad input refused with a message naming it."""
+
+import numpy as np
+import pytest
+
+import workbook  # noqa: F401  (selects the GPU or the simulator first)
+from numba import cuda
+
+from chapters.ch10_lstm import reference as ref
+from chapters.ch10_lstm.fused import FusedLSTM
+from chapters.ch10_lstm.naive import NaiveLSTM
+from chapters.ch10_lstm.persistent import CHUNK, PersistentLSTM
+
+VARIANTS = {"naive": NaiveLSTM, "fused": FusedLSTM, "persistent": lambda w: PersistentLSTM(w, blocks=3)}
+
+
+def _run(net, x, h0=None, c0=None):
+    put = (lambda a: None if a is None else cuda.to_device(a))
+    y, h, c = net(put(x), put(h0), put(c0))
+    return y.copy_to_host(), h.copy_to_host(), c.copy_to_host()
+
+
+def _check(got, expected, hidden, input_size):
+    rtol, atol = ref.tolerance(hidden, input_size)
+    for name, g, e in zip(("y", "h_n", "c_n"), got, expected):
+        workbook.assert_close(g, np.asarray(e, np.float32), rtol=rtol, atol=atol, name=name)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("steps, batch, input_size, hidden, layers", [
+    (1, 1, 1, 1, 1), (2, CHUNK + 1, 3, 33, 1), (3, 2, 5, 31, 2)])
+def test_lstm_matches_the_float64_reference(variant, steps, batch, input_size, hidden, layers):
+    rng = np.random.default_rng(steps * 100 + hidden)
+    weights = ref.init_lstm(input_size, hidden, layers, seed=hidden)
+    x = rng.standard_normal((steps, batch, input_size)).astype(np.float32)
+    h0, c0 = (rng.standard_normal((2, layers, batch, hidden)) * 0.5).astype(np.float32)
+    _check(_run(VARIANTS[variant](weights), x, h0, c0), ref.lstm_reference(x, weights, h0, c0), hidden, input_size)
+
+
+def test_zero_initial_state_is_the_default():
+    weights = ref.init_lstm(4, 9, 1, seed=2)
+    x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+    _check(_run(FusedLSTM(weights), x), ref.lstm_reference(x, weights), 9, 4)
+
+
+@pytest.mark.parametrize("variant", ["fused", "persistent"])
+def test_nan_in_one_batch_row_stays_in_that_row(variant):
+    weights = ref.init_lstm(3, 5, 1, seed=4)
+    x = np.random.default_rng(5).standard_normal((2, 3, 3)).astype(np.float32)
+    x[0, 1, 2] = np.nan
+    y, _, _ = _run(VARIANTS[variant](weights), x)
+    y_ref, _, _ = ref.lstm_reference(x, weights)
+    assert np.isnan(y[:, 1]).all() and np.isnan(y_ref[:, 1]).all()
+    np.testing.assert_allclose(y[:, [0, 2]], y_ref[:, [0, 2]], rtol=1e-4, atol=1e-5)
+
+
+def test_the_reference_stacks_layers():
+    """Two layers are the first layer's outputs fed to the second: a check of lstm_reference itself."""
+    weights = ref.init_lstm(3, 4, 2, seed=6)
+    x = np.random.default_rng(7).standard_normal((3, 2, 3))
+    y, h, c = ref.lstm_reference(x, weights)
+    y0, h0, c0 = ref.lstm_reference(x, weights[:1])
+    y1, h1, c1 = ref.lstm_reference(y0, weights[1:])
+    np.testing.assert_array_equal(y, y1)
+    np.testing.assert_array_equal(h, np.concatenate([h0, h1]))
+    one = weights[0]  # and one step by hand: z = x W_ih^T + b with h = c = 0
+    z = x[0] @ one["w_ih"].T.astype(np.float64) + one["b_ih"] + one["b_hh"]
+    i, g, o = ref.sigmoid(z[:, :4]), np.tanh(z[:, 8:12]), ref.sigmoid(z[:, 12:])
+    np.testing.assert_allclose(y0[0], o * np.tanh(i * g), rtol=1e-12)
+
+
+def test_bad_input_is_refused_with_a_message():
+    weights = ref.init_lstm(4, 6, 2, seed=1)
+    net = FusedLSTM(weights)
+    good = cuda.to_device(np.zeros((2, 3, 4), np.float32))
+    with pytest.raises(TypeError, match="x has dtype float64"):
+        net(cuda.to_device(np.zeros((2, 3, 4))))
+    with pytest.raises(ValueError, match="x has 5 features per step, the first layer takes 4"):
+        net(cuda.to_device(np.zeros((2, 3, 5), np.float32)))
+    with pytest.raises(TypeError, match="host"):
+        net(np.zeros((2, 3, 4), np.float32))
+    with pytest.raises(ValueError, match="h0 has shape"):
+        net(good, h0=cuda.to_device(np.zeros((1, 3, 6), np.float32)))
+    with pytest.raises(ValueError, match="no steps or no batch"):
+        net(cuda.to_device(np.zeros((0, 3, 4), np.float32)))
+    with pytest.raises(ValueError, match="layer 1 w_hh"):
+        FusedLSTM([weights[0], {**weights[1], "w_hh": np.zeros((24, 5), np.float32)}])
+
+
+def test_persistent_refuses_what_cannot_be_resident():
+    with pytest.raises(ValueError, match="shared memory"):
+        PersistentLSTM(ref.init_lstm(4, 100, 1), blocks=1)  # 100 units' weights in one block: 160 KB
+    net = PersistentLSTM(ref.init_lstm(2, 33, 1), blocks=8)  # 7 blocks; the simulator co-schedules 4
+    if workbook.ON_GPU:
+        pytest.skip("a GPU holds 7 such blocks")
+    with pytest.raises(ValueError, match="cannot all be resident"):
+        net(cuda.to_device(np.zeros((1, 1, 2), np.float32)))

@@ -1,0 +1,79 @@
+"""The simulator's grid barrier: a kernel calling cuda.cg.this_grid().sync() runs its blocks side by
+side (a cooperative launch), each with its own shared memory; a block that skips a grid.sync() is an
+error naming it (on a GPU the launch would hang). On a GPU the same kernels run cooperatively."""
+
+import numpy as np
+import pytest
+
+import workbook
+from numba import cuda
+
+
+@cuda.jit
+def rotate_kernel(x, out, rounds):
+    """Each round, element i takes element i+1's value: across blocks, so only a grid barrier orders it."""
+    grid = cuda.cg.this_grid()
+    mine = cuda.shared.array(1, np.float32)
+    i = cuda.grid(1)
+    for r in range(rounds):
+        if cuda.threadIdx.x == 0:
+            mine[0] = r  # each block's own shared memory: no block sees another's
+        cuda.syncthreads()
+        if i < x.size:
+            out[r, i] = x[(i + 1) % x.size] + mine[0]
+        grid.sync()
+        if i < x.size:
+            x[i] = out[r, i]
+        grid.sync()
+
+
+def test_blocks_meet_at_the_grid_barrier():
+    n, rounds = 10, 3
+    x = np.arange(n, dtype=np.float32)
+    d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros((rounds, n), np.float32))
+    rotate_kernel[3, 4](d_x, d_out, rounds)
+    expected, value = [], x.copy()
+    for r in range(rounds):
+        value = np.roll(value, -1) + r
+        expected.append(value)
+    np.testing.assert_array_equal(d_out.copy_to_host(), np.array(expected))
+
+
+@cuda.jit
+def skipping_kernel(x):
+    grid = cuda.cg.this_grid()
+    if cuda.blockIdx.x == 1:
+        return
+    grid.sync()
+    x[cuda.blockIdx.x] = 1
+
+
+@pytest.mark.skipif(workbook.ON_GPU, reason="on a GPU this launch hangs")
+def test_a_block_that_skips_the_barrier_is_named():
+    from workbook.simulator import GridSyncError
+
+    with pytest.raises(GridSyncError, match=r"block\(s\) \(1, 0, 0\) will never reach"):
+        skipping_kernel[3, 4](cuda.to_device(np.zeros(3, np.float32)))
+
+
+@cuda.jit(device=True)
+def barrier():
+    cuda.cg.this_grid().sync()
+
+
+@cuda.jit
+def calls_barrier(x):
+    barrier()
+
+
+@cuda.jit
+def no_barrier(x):
+    cuda.syncthreads()
+
+
+@pytest.mark.skipif(workbook.ON_GPU, reason="the simulator's own detection")
+def test_a_grid_sync_is_found_in_device_functions_too():
+    from workbook.simulator import uses_grid_sync
+
+    assert uses_grid_sync(calls_barrier.fn) and uses_grid_sync(rotate_kernel.fn)
+    assert not uses_grid_sync(no_barrier.fn)
