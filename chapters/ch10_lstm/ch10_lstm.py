@@ -226,6 +226,22 @@ chapter.lesson("""
 )
 
 # %% [markdown]
+# ## Exercises you can check
+#
+# `exercises.py` beside this notebook holds two exercises, each a stub with its spec. Each cell
+# below shows one and runs its check: *not attempted*, *wrong* (with what is wrong) or *correct*.
+# Edit `exercises.py` between `# >>> ch10.N` and `# <<< ch10.N`, save, and re-run the cell.
+# `python -m pytest --exercises -k ch10` checks them all at once.
+
+# %%
+from workbook import exercises  # noqa: E402
+
+exercises.show("ch10.1")
+
+# %%
+exercises.show("ch10.2")
+
+# %% [markdown]
 # ## More to try
 # 1. Capture the fused LSTM's step loop as one CUDA graph (chapter 07): its time is its host's.
 # 2. The persistent kernel at batch 64: give each thread a tile of (weight rows x batch rows), as a

@@ -1,0 +1,90 @@
+"""Chapter 10 — solutions: the LSTM's fused cell and its hoisted input projection.
+
+Each exercise is the code between `# >>> ch10.N` and `# <<< ch10.N`; edit only there. Check your
+work with `python -m pytest --exercises -k ch10` (or run the exercise cells of the chapter's
+notebook). Arrays are float32; references are float64 NumPy (reference.py).
+"""
+
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+from chapters.ch04_implicit_gemm.kernels import gemm
+from workbook.inputs import require
+
+THREADS = 128
+ONE = float32(1.0)
+
+
+def _blocks(n):
+    return max(1, math.ceil(n / THREADS))
+
+
+# ---------------------------------------------------------------------------------------------
+# ch10.1 (write a kernel) — one step of the LSTM cell, fused. For every batch row b and unit j:
+#   z_q = x_terms[b, q*H + j] + h_terms[b, q*H + j] + bias[q*H + j]     for the gates q = i, f, g, o (0..3)
+#   c[b, j] = sigmoid(z_f) * c[b, j] + sigmoid(z_i) * tanh(z_g)            (in place)
+#   h[b, j] = sigmoid(z_o) * tanh(c[b, j])
+# with sigmoid(z) = 1 / (1 + exp(-z)). One thread per (b, j), grid-stride (the grid may be smaller
+# than B * H). Keep the arithmetic float32 (ONE, not 1.0). NaN in a row stays in that row.
+
+
+@cuda.jit
+def lstm_cell_kernel(x_terms, h_terms, bias, c, h):
+    # >>> ch10.1 (stub aa5d1d38)
+    B, H = c.shape
+    for n in range(cuda.grid(1), B * H, cuda.gridsize(1)):
+        b, j = n // H, n % H
+        z_i = x_terms[b, j] + h_terms[b, j] + bias[j]
+        z_f = x_terms[b, H + j] + h_terms[b, H + j] + bias[H + j]
+        z_g = x_terms[b, 2 * H + j] + h_terms[b, 2 * H + j] + bias[2 * H + j]
+        z_o = x_terms[b, 3 * H + j] + h_terms[b, 3 * H + j] + bias[3 * H + j]
+        cell = ONE / (ONE + math.exp(-z_f)) * c[b, j] + ONE / (ONE + math.exp(-z_i)) * math.tanh(z_g)
+        c[b, j] = cell
+        h[b, j] = ONE / (ONE + math.exp(-z_o)) * math.tanh(cell)
+    # <<< ch10.1
+
+
+def lstm_cell(x_terms, h_terms, bias, c, h):
+    c = require(c, "c", dtype=np.float32, ndim=2)
+    B, H = c.shape
+    x_terms = require(x_terms, "x_terms", dtype=np.float32, shape=(B, 4 * H))
+    h_terms = require(h_terms, "h_terms", dtype=np.float32, shape=(B, 4 * H))
+    bias = require(bias, "bias", dtype=np.float32, shape=(4 * H,))
+    h = require(h, "h", dtype=np.float32, shape=(B, H))
+    lstm_cell_kernel[min(_blocks(B * H), 4), THREADS](x_terms, h_terms, bias, c, h)
+    return c, h
+
+
+# ---------------------------------------------------------------------------------------------
+# ch10.2 (complete two lines) — the input projection of every time step as one GEMM. x is the
+# whole input sequence, (T, B, I); w_ih_t is W_ih transposed, (I, 4H). The projection of step t is
+# x[t] @ w_ih_t, (B, 4H); all T of them are one product of a (T*B, I) matrix by w_ih_t. Chapter
+# 04's gemm(a, b, c) computes c = a @ b for 2-D a (M, K), b (K, N) and c (M, N). `out` is the
+# (T*B, 4H) result buffer; return it viewed as (T, B, 4H), so that out[t] is step t's projection.
+# (A contiguous device array's .reshape makes a view: no copy.)
+
+
+def input_projection(x, w_ih_t, out):
+    x = require(x, "x", dtype=np.float32, ndim=3)
+    T, B, I = x.shape
+    w_ih_t = require(w_ih_t, "w_ih_t", dtype=np.float32, ndim=2)
+    if w_ih_t.shape[0] != I:
+        raise ValueError(f"w_ih_t has {w_ih_t.shape[0]} rows, x has {I} features")
+    four_h = w_ih_t.shape[1]
+    out = require(out, "out", dtype=np.float32, shape=(T * B, four_h))
+    # >>> ch10.2 (stub bcec1f39)
+    gemm(x.reshape(T * B, I), w_ih_t, out)
+    return out.reshape(T, B, four_h)
+    # <<< ch10.2
+
+
+# Planted wrong answers: edits of the answers above that the checks must reject (a test applies
+# each one and expects its check to fail), so that no check passes vacuously.
+PLANTED_WRONG_ANSWERS = {
+    "ch10.1": [("ONE / (ONE + math.exp(-z_f)) * c[b, j]", "ONE / (ONE + math.exp(-z_i)) * c[b, j]"),  # input gate twice
+               ("        c[b, j] = cell\n", "")],  # c never kept
+    "ch10.2": [("return out.reshape(T, B, four_h)", "return out.reshape(B, T, four_h)"),  # steps and rows swapped
+               ("gemm(x.reshape(T * B, I), w_ih_t, out)", "gemm(x[0], w_ih_t, out[:B])")],  # the first step only
+}

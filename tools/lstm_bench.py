@@ -1,0 +1,48 @@
+"""The persistent LSTM against cuDNN on a GPU, without the naive and fused ones (which take
+seconds): T = 512, I = H = 512, 4 layers; correctness at each batch, then CUDA-event times.
+
+    python tools/lstm_bench.py [batch ...]
+"""
+
+import sys
+
+import numpy as np
+import torch
+
+import workbook
+from workbook import bench, cuda
+
+from chapters.ch10_lstm import reference as ref
+from chapters.ch10_lstm.persistent import PersistentLSTM
+
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = False
+T, H, L = 512, 512, 4
+weights = ref.init_lstm(H, H, L, seed=0)
+nets = {"persistent": PersistentLSTM(weights)}
+lstm = torch.nn.LSTM(H, H, L).cuda()
+with torch.no_grad():
+    for layer, w in enumerate(weights):
+        for name in ("w_ih", "w_hh", "b_ih", "b_hh"):
+            getattr(lstm, f"{name.replace('w_', 'weight_').replace('b_', 'bias_')}_l{layer}").copy_(torch.from_numpy(w[name]))
+rtol, atol = ref.tolerance(H, H)
+for batch in [int(b) for b in sys.argv[1:]] or [1, 8, 64]:
+    rng = np.random.default_rng(batch)
+    x = rng.standard_normal((T, batch, H)).astype(np.float32)
+    d_x = cuda.to_device(x)
+    y_ref = ref.lstm_reference(x, weights)[0] if batch <= 8 else None
+    calls = {name: (lambda net=net: net(d_x)) for name, net in nets.items()}
+    t_x = bench.torch_view(d_x)
+
+    def cudnn():
+        with torch.no_grad():
+            return lstm(t_x)
+    calls["cudnn"] = cudnn
+    for name, net in nets.items():
+        y = net(d_x)[0].copy_to_host()
+        if y_ref is not None:
+            workbook.assert_close(y, y_ref.astype(np.float32), rtol=rtol, atol=atol, name=f"{name} batch {batch}")
+    times = bench.time_interleaved(calls, repeats=15)
+    base = np.median(times["cudnn"])
+    print(f"batch {batch}: " + ", ".join(f"{k} {np.median(v):.2f} ms ({base / np.median(v):.2f}x cuDNN)"
+                                        for k, v in times.items()))
