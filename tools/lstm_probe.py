@@ -1,9 +1,7 @@
 """Where the persistent LSTM's time goes on a GPU: the cost of numba's grid barrier alone, and one
-persistent layer per batch size (CUDA events, median of 15). With "wavefront": one forward of the
-4-layer wavefront kernel at batch 1, for ncu to look at.
+persistent layer per batch size (CUDA events, median of 15).
 
     python tools/lstm_probe.py [steps]
-    ncu --kernel-name regex:wavefront --section LaunchStats --section WarpStateStats python tools/lstm_probe.py wavefront 64
 """
 
 import sys
@@ -15,14 +13,6 @@ from workbook import bench
 
 from chapters.ch10_lstm import persistent, reference as ref
 
-if sys.argv[1:2] == ["wavefront"]:
-    from chapters.ch10_lstm.wavefront import WavefrontLSTM
-
-    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 64
-    net = WavefrontLSTM(ref.init_lstm(512, 512, 4, seed=0))
-    net(cuda.to_device(np.random.default_rng(0).standard_normal((steps, 1, 512)).astype(np.float32)))
-    cuda.synchronize()
-    sys.exit()
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 512
 
 
