@@ -28,7 +28,9 @@
 #   one GEMM, the input term of every step hoisted into one big GEMM, the cell fused into one kernel;
 # - Baidu's persistent RNN: one launch for the whole sequence, the recurrent weights kept in shared
 #   memory, and a grid-wide barrier (`cuda.cg.this_grid().sync()`) between steps;
-# - how these compare with cuDNN's LSTM (`torch.nn.LSTM`) at the book's sizes and at small batches.
+# - how these compare with cuDNN's LSTM (`torch.nn.LSTM`) at the book's sizes and at small batches;
+# - how to see where a step's time goes: named ranges, the host's launches and the GPU's kernels
+#   on one timeline.
 #
 # Every variant is checked against a float64 NumPy LSTM (`reference.py`). Without a GPU, the
 # simulator runs all of them on a small LSTM (its grid barrier included: the blocks of a
@@ -40,9 +42,9 @@
 import numpy as np
 
 import workbook
-from workbook import bench, cuda
+from workbook import bench, cuda, timeline
 
-from chapters.ch10_lstm import fused, naive, persistent
+from chapters.ch10_lstm import fused, naive, persistent, profiling
 from chapters.ch10_lstm import reference as ref
 
 print(f"running on: {workbook.MODE}")
@@ -190,6 +192,37 @@ else:
         chapter.show_stored(f"LSTM forward, batch {batch}")
 
 # %% [markdown]
+# ## Profiling a step: what the host and the GPU each do
+#
+# The fused LSTM's code opens a named range around each phase (`workbook.timeline.span`: an NVTX
+# range where the `nvtx` package is installed, for Nsight Systems). `timeline.record` runs one
+# forward under torch's profiler, which collects through CUPTI what the GPU ran (every kernel of
+# the process, numba's included) and the host's launch calls, then draws a row for the ranges, one
+# for the launches and one per GPU stream. Below: 8 steps of one layer, launched call by call,
+# then the same forward captured once as a CUDA graph and replayed (chapter 07). Without a GPU
+# the recording has only the ranges, on the host's clock, and the stored H100 plot follows.
+
+# %%
+small_net = fused.FusedLSTM(ref.init_lstm(HIDDEN, HIDDEN, 1, seed=0))
+small_batch = workbook.size(gpu=8, sim=2)
+x_small = cuda.to_device(rng.standard_normal((8, small_batch, HIDDEN)).astype(np.float32))
+h_small, c_small = (cuda.to_device(np.zeros((1, small_batch, HIDDEN), np.float32)) for _ in range(2))
+recorded = profiling.timelines(small_net, x_small, h_small, c_small)
+for name, events in recorded.items():
+    rows, end = timeline.summary(events)
+    print(f"{name}: {end:.0f} us from first to last event; " + ", ".join(
+        f"{row} busy {busy:.0f} us ({count} events)" for row, (busy, count) in rows.items()))
+chapter.savefig(profiling.figure(recorded, f"T=8 B={small_batch} H={HIDDEN}"), "timeline")
+
+# %% [markdown]
+# Launched call by call, each step's range (grey, top) is mostly the host: the wrappers check
+# their arguments and pick a schedule, the launches (orange) go out one by one, and the GPU's
+# kernels (blue) are short marks with long gaps between them: the GPU waits for the host. As one
+# graph the host issues one launch for the whole forward, and the same kernels run back to back:
+# the forward takes what its kernels take. That is the fused LSTM's "host-bound" in a picture; the
+# persistent kernel removes the launches in another way, by not making them.
+
+# %% [markdown]
 # ## What the numbers mean
 
 # %%
@@ -243,7 +276,8 @@ exercises.show("ch10.2")
 
 # %% [markdown]
 # ## More to try
-# 1. Capture the fused LSTM's step loop as one CUDA graph (chapter 07): its time is its host's.
+# 1. Time the fused LSTM as one CUDA graph at the book's sizes (the profiling section replays 8
+#    steps that way): its time is its host's.
 # 2. The persistent kernel at batch 64: give each thread a tile of (weight rows x batch rows), as a
 #    GEMM does, instead of a warp per row and a shuffle reduction per batch row.
 # 3. All layers in one persistent kernel, in a wavefront: layer l at step t beside layer l+1 at

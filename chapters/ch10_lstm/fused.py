@@ -10,6 +10,7 @@ import numpy as np
 from numba import cuda
 
 from chapters.ch04_implicit_gemm.kernels import gemm
+from workbook.timeline import span
 
 from .layer import LSTM, sigmoid
 
@@ -50,10 +51,12 @@ class FusedLSTM(LSTM):
 
     def _layer(self, layer, x, h, c, y, stream):
         T, B, _ = x.shape
-        x_terms = self.input_terms(layer, x, stream)
+        with span(f"layer {layer}: input GEMM"):
+            x_terms = self.input_terms(layer, x, stream)
         h_terms = self._buffer("h terms", (B, 4 * self.hidden), stream)
         blocks = min(-(-B * self.hidden // THREADS), 1024)
         for t in range(T):
-            gemm(h if t == 0 else y[t - 1], self.w_hh_t[layer], h_terms, stream=stream)
-            fused_cell_kernel[blocks, THREADS, stream](x_terms[t], h_terms, self.bias[layer], c, y[t])
+            with span(f"step {t}"):
+                gemm(h if t == 0 else y[t - 1], self.w_hh_t[layer], h_terms, stream=stream)
+                fused_cell_kernel[blocks, THREADS, stream](x_terms[t], h_terms, self.bias[layer], c, y[t])
         h.copy_to_device(y[T - 1], stream=stream)
