@@ -18,7 +18,7 @@ import os
 import tempfile
 import time
 
-from . import ON_GPU
+from .bench import optional_torch
 
 _recording = None  # while record() runs: ("torch", record_function) or ("host", [events]), else None
 
@@ -50,21 +50,11 @@ def span(name):
             _nvtx.pop_range()
 
 
-def _torch():
-    if not ON_GPU:
-        return None
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
 def record(step, calls=1):
     """The timeline of `calls` calls of step(): GPU kernels by stream, the host's launch calls and
     the ranges (torch's profiler), or only the ranges on the host's clock where torch is absent."""
     global _recording
-    torch = _torch()
+    torch = optional_torch()
     if torch is None:
         events = []
         _recording = ("host", events)
