@@ -12,8 +12,10 @@ from chapters.ch10_lstm import reference as ref
 from chapters.ch10_lstm.fused import FusedLSTM
 from chapters.ch10_lstm.naive import NaiveLSTM
 from chapters.ch10_lstm.persistent import CHUNK, PersistentLSTM
+from chapters.ch10_lstm.wavefront import WavefrontLSTM
 
-VARIANTS = {"naive": NaiveLSTM, "fused": FusedLSTM, "persistent": lambda w: PersistentLSTM(w, blocks=3)}
+VARIANTS = {"naive": NaiveLSTM, "fused": FusedLSTM, "persistent": lambda w: PersistentLSTM(w, blocks=3),
+            "wavefront": lambda w: WavefrontLSTM(w, blocks=4)}
 
 
 def _run(net, x, h0=None, c0=None):

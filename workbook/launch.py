@@ -48,6 +48,23 @@ def stream_handle(stream):
                            else int(handle))
 
 
+SHARED_WITHOUT_OPT_IN = 48 * 1024  # dynamic shared memory a kernel may have without asking
+
+
+def allow_shared_memory(compiled, shared_bytes):
+    """Let a compiled kernel (`kernel.compile(argtypes)`) have `shared_bytes` of dynamic shared
+    memory: past 48 KB a kernel must ask the driver (up to 227 KB a block on an H100). Nothing to
+    ask in the simulator or below 48 KB. Returns `compiled`."""
+    if not ON_GPU or shared_bytes <= SHARED_WITHOUT_OPT_IN:
+        return compiled
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    function = compiled._codelibrary.get_cufunc()
+    attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attribute, shared_bytes, function.handle, function.device.id)
+    return compiled
+
+
 class PreparedLaunch:
     """One kernel, one launch configuration, one set of arguments, checked and packed once.
 

@@ -1,6 +1,7 @@
 """What every LSTM variant of chapter 10 shares: its weights on the GPU, its inputs checked, its
 outputs, and the gate functions the kernels call. Each variant (naive.py, fused.py, persistent.py)
-subclasses LSTM and writes `_layer`: one layer over the whole sequence."""
+subclasses LSTM and writes `_layer`: one layer over the whole sequence (wavefront.py writes
+`_layers`: all of them at once)."""
 
 import math
 
@@ -50,12 +51,17 @@ class LSTM:
                 out[:] = 0  # the state starts at zero; each layer reads its slice, then overwrites it
             else:
                 out.copy_to_device(require(given, name, dtype=np.float32, shape=state_shape), stream=stream)
+        return self._layers(x, h_n, c_n, stream), h_n, c_n
+
+    def _layers(self, x, h_n, c_n, stream):
+        """Every layer, one after the other; returns the last one's outputs (T, B, H)."""
+        T, B, _ = x.shape
         sequence = x
         for layer in range(self.layers):
             y = self._buffer(f"y{layer % 2}", (T, B, self.hidden), stream)
             self._layer(layer, sequence, h_n[layer], c_n[layer], y, stream)
             sequence = y
-        return sequence, h_n, c_n
+        return sequence
 
     def _buffer(self, name, shape, stream):
         """A device array kept between calls of the same shapes (two y buffers, each layer's input
