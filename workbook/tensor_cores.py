@@ -175,19 +175,17 @@ def wgmma_compile(kernel, argtypes, shared_bytes=0):
     GPU's capability, 9.0; its FORCE_CUDA_CC, set only around this compile (and the cubin it
     builds), asks NVVM for compute_90a. Later launches with these argument types find the kernel."""
     from numba.cuda import config
-    from numba.cuda.cudadrv.driver import binding, driver
+
+    from .launch import allow_shared_memory
 
     saved = config.FORCE_CUDA_CC
     config.FORCE_CUDA_CC = (9, 0, "a")
     try:
         compiled = kernel.compile(tuple(argtypes))
-        function = compiled._codelibrary.get_cufunc()  # the PTX and cubin now, while compute_90a is asked for
+        compiled._codelibrary.get_cufunc()  # the PTX and cubin now, while compute_90a is asked for
     finally:
         config.FORCE_CUDA_CC = saved
-    if shared_bytes > 48 * 1024:
-        attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        driver.cuKernelSetAttribute(attribute, shared_bytes, function.handle, function.device.id)
-    return compiled
+    return allow_shared_memory(compiled, shared_bytes)
 
 if MODE != "sim":  # a GPU, or the compile worker: the real instructions
     from llvmlite import ir

@@ -19,14 +19,15 @@ def check_cell(m):
         x_terms, h_terms = rng.standard_normal((2, B, 4 * H), dtype=np.float32)
         bias = rng.standard_normal(4 * H, dtype=np.float32)
         c0 = rng.standard_normal((B, H), dtype=np.float32)
-        x_terms[0, 0] = np.nan  # row 0, unit 0's input gate: NaN in c and h of (0, 0) only
+        if B > 1:  # the last row's last unit's input gate: NaN in c and h of that (b, j) only
+            x_terms[B - 1, H - 1] = np.nan
         z = x_terms.astype(np.float64) + h_terms + bias
         i, f, g, o = sigmoid(z[:, :H]), sigmoid(z[:, H:2 * H]), np.tanh(z[:, 2 * H:3 * H]), sigmoid(z[:, 3 * H:])
         c_ref = f * c0 + i * g
         h_ref = o * np.tanh(c_ref)
         c, h = cuda.to_device(c0), poisoned((B, H), np.float32)
         m.lstm_cell(cuda.to_device(x_terms), cuda.to_device(h_terms), cuda.to_device(bias), c, h)
-        workbook.assert_close(c, c_ref.astype(np.float32), rtol=1e-5, atol=1e-6, name=f"c, B={B} H={H}")
+        workbook.assert_close(c, c_ref.astype(np.float32), rtol=1e-5, atol=1e-6, name=f"c (updated in place), B={B} H={H}")
         workbook.assert_close(h, h_ref.astype(np.float32), rtol=1e-5, atol=1e-6, name=f"h, B={B} H={H}")
 
 

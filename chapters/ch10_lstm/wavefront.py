@@ -36,6 +36,7 @@ from .persistent import cooperative_limit
 MAX_THREADS = 512 if ON_GPU else 128
 SHARED_LIMIT = 227 * 1024  # a block's dynamic shared memory on an H100, asked for
 ZERO = float32(0.0)
+W_IH_REGISTERS = 24  # W_ih values a thread keeps in registers; the rest of its share in shared memory
 
 
 def block_shape(hidden, units):
@@ -53,7 +54,7 @@ def shared_words(units, hidden):
     one batch row, the gate sums."""
     threads, slices = block_shape(hidden, units)
     kpt = -(-hidden // slices)
-    return 4 * units * (hidden + 1) + 2 * hidden + 4 * units + (kpt - min(kpt, 24)) * threads
+    return 4 * units * (hidden + 1) + 2 * hidden + 4 * units + (kpt - min(kpt, W_IH_REGISTERS)) * threads
 
 
 @lru_cache(maxsize=None)
@@ -66,8 +67,7 @@ def make_wavefront_kernel(H, U, L):
     HS = R * PITCH  # h_{t-1}, one batch row
     XS = HS + H  # the layer's input (h_t of the layer below), one batch row
     ZS = XS + H  # the gate sums, one per row
-    KR = min(KPT, 24)  # W_ih values a thread keeps in registers; the rest in shared memory
-    KS = KPT - KR
+    KR = min(KPT, W_IH_REGISTERS)
     WS = ZS + R  # the shared W_ih: value m >= KR of thread tid at WS + (m - KR) * THREADS + tid
     EXACT = H % SLICES == 0  # every k = m * SLICES + part is below H: no guard
     # a block of THREADS must fit an SM: at most 65536 / THREADS registers a thread (128 at 512)
@@ -78,7 +78,7 @@ def make_wavefront_kernel(H, U, L):
         """Flat float32 arrays, every index an unsigned 64-bit integer from compile-time sizes."""
         u64 = numba.uint64
         T, B = u64(T), u64(B)
-        grid = cuda.cg.this_grid()
+        cuda.cg.this_grid()  # unused but for this: numba launches the kernel cooperatively (all blocks resident)
         shared = cuda.shared.array(0, dtype=float32)
         tid = u64(cuda.threadIdx.x)
         row, part = tid // u64(SLICES), tid % u64(SLICES)
