@@ -1,12 +1,16 @@
 """The simulator's grid barrier: a kernel calling cuda.cg.this_grid().sync() runs its blocks side by
 side (a cooperative launch), each with its own shared memory; a block that skips a grid.sync() is an
-error naming it (on a GPU the launch would hang). On a GPU the same kernels run cooperatively."""
+error naming it (on a GPU the launch would hang). On a GPU the same kernels run cooperatively.
+workbook.barrier's counter barrier orders the blocks the same way."""
 
+import numba
 import numpy as np
 import pytest
 
 import workbook
 from numba import cuda
+
+from workbook.barrier import counter_barrier
 
 
 @cuda.jit
@@ -77,3 +81,31 @@ def test_a_grid_sync_is_found_in_device_functions_too():
 
     assert uses_grid_sync(calls_barrier.fn) and uses_grid_sync(rotate_kernel.fn)
     assert not uses_grid_sync(no_barrier.fn)
+
+
+@cuda.jit
+def counter_rotate_kernel(x, out, rounds, counter):
+    """rotate_kernel with workbook.barrier's counter barrier in place of grid.sync()."""
+    cuda.cg.this_grid()  # launched cooperatively: every block resident
+    i, blocks = cuda.grid(1), cuda.gridDim.x
+    for r in range(rounds):
+        if i < x.size:
+            out[r, i] = x[(i + 1) % x.size] + r
+        counter_barrier(counter, numba.uint64((2 * r + 1) * blocks))
+        if i < x.size:
+            x[i] = out[r, i]
+        counter_barrier(counter, numba.uint64((2 * r + 2) * blocks))
+
+
+def test_the_counter_barrier_orders_blocks_like_grid_sync():
+    n, rounds = 10, 3
+    x = np.arange(n, dtype=np.float32)
+    d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros((rounds, n), np.float32))
+    counter = cuda.to_device(np.zeros(1, np.uint64))
+    counter_rotate_kernel[3, 4](d_x, d_out, rounds, counter)
+    expected, value = [], x.copy()
+    for r in range(rounds):
+        value = np.roll(value, -1) + r
+        expected.append(value)
+    np.testing.assert_array_equal(d_out.copy_to_host(), np.array(expected))
+    assert counter.copy_to_host()[0] == 2 * rounds * 3  # every block arrived at every barrier

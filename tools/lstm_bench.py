@@ -5,6 +5,7 @@ seconds): T = 512, I = H = 512, 4 layers; correctness at batch 1, then CUDA-even
 """
 
 import sys
+import time
 
 import numpy as np
 import torch
@@ -44,7 +45,8 @@ for batch in [int(b) for b in sys.argv[2:]] or [1, 8, 64]:
         y = net(d_x)[0].copy_to_host()
         if y_ref is not None:
             workbook.assert_close(y, y_ref.astype(np.float32), rtol=rtol, atol=atol, name=f"{name} batch {batch}")
+    started = time.perf_counter()
     times = bench.time_interleaved(calls, repeats=15)
     base = np.median(times["cudnn"])
     print(f"batch {batch}: " + ", ".join(f"{k} {np.median(v):.2f} ms ({base / np.median(v):.2f}x cuDNN)"
-                                        for k, v in times.items()), flush=True)
+                                        for k, v in times.items()) + f"  [{time.perf_counter() - started:.1f} s timing]", flush=True)

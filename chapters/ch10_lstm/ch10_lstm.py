@@ -44,7 +44,7 @@ import numpy as np
 import workbook
 from workbook import bench, cuda, timeline
 
-from chapters.ch10_lstm import fused, naive, persistent, profiling
+from chapters.ch10_lstm import fused, naive, persistent, profiling, wavefront
 from chapters.ch10_lstm import reference as ref
 
 print(f"running on: {workbook.MODE}")
@@ -119,15 +119,38 @@ workbook.show(fused.fused_cell_kernel)
 # %%
 workbook.show(persistent.persistent_layer_kernel)
 
+# %% [markdown]
+# ## Wavefront: every layer in one persistent kernel
+#
+# Layer l+1 at step t needs only layer l's h_t, so the layers need not wait for each other's whole
+# sequence: at wavefront step s, layer l works on time step s - l, all layers at once on blocks of
+# their own, and a forward takes T + L - 1 grid barriers instead of T·L. Each block now keeps *both*
+# its weight matrices on chip (W_ih as well: 256 KB a block at H = 512, in 227 KB of shared memory
+# plus registers), so the kernel is built for its sizes (`make_wavefront_kernel`: unrolled loops
+# keep an array in registers) and asks for more than the 48 KB of shared memory a kernel gets by
+# default. Three more changes make it fast: a block multiplies several batch rows per weight it
+# reads; after the warp's reduction the four gates of a unit sit in the same warp, so its lanes
+# compute the cell with no shared memory and no block barrier; and the grid barrier is
+# `workbook.barrier`'s counter (release and acquire, no call), not numba's `grid.sync()`, a call
+# around which every live register, the W_ih ones included, is saved and restored.
+
+# %%
+workbook.show(wavefront.make_wavefront_kernel)
+
 # %%
 net_naive, net_fused = naive.NaiveLSTM(weights), fused.FusedLSTM(weights)
 net_persistent = persistent.PersistentLSTM(weights)
+net_wavefront = wavefront.WavefrontLSTM(weights, blocks=workbook.size(gpu=None, sim=4))  # a block an SM; 4 simulated
 print(f"persistent: {net_persistent.blocks} blocks of {persistent.THREADS} threads, {net_persistent.units} "
       f"hidden units each, {net_persistent.shared_bytes} bytes of shared memory a block")
+print(f"wavefront: {net_wavefront.blocks} blocks of {net_wavefront.threads} threads ({LAYERS} layers side by side), "
+      f"{net_wavefront.units} hidden units each, {net_wavefront.shared_bytes} bytes of shared memory a block and more "
+      "for each batch chunk")
 w_hh_bytes = 4 * 4 * HIDDEN * HIDDEN
 chapter.record("recurrent weight bytes read per layer", {"layers": LAYERS,
     "fused: W_hh every step": STEPS * w_hh_bytes, "persistent: W_hh once": w_hh_bytes,
-    "steps": STEPS, "W_hh bytes": w_hh_bytes})
+    "steps": STEPS, "W_hh bytes": w_hh_bytes,
+    "wavefront: batch rows a block takes at once, batch 64": wavefront.chunk_rows(HIDDEN, net_wavefront.units, 64)})
 
 
 def torch_lstm(batch):
@@ -142,7 +165,7 @@ def torch_lstm(batch):
 
 
 # %% [markdown]
-# ## All three against cuDNN
+# ## All four against cuDNN
 #
 # The whole forward (every layer, every step) from the same inputs, checked against the float64
 # reference, then timed with CUDA events. The naive LSTM takes seconds at the book's sizes, so it
@@ -158,6 +181,7 @@ for batch in BATCHES:
         variants["naive: 2 GEMMs a gate a step"] = lambda: net_naive(d_x, d_h0, d_c0)
     variants["fused: hoisted input GEMM, fused cell"] = lambda: net_fused(d_x, d_h0, d_c0)
     variants["persistent: W_hh in shared memory"] = lambda: net_persistent(d_x, d_h0, d_c0)
+    variants["wavefront: every layer in one kernel"] = lambda: net_wavefront(d_x, d_h0, d_c0)
     baselines = {}
     if torch is not None:
         lstm = torch_lstm(batch)
@@ -228,8 +252,10 @@ chapter.savefig(profiling.figure(recorded, f"T=8 B={small_batch} H={HIDDEN}"), "
 # %%
 _persistent, _fused, _naive = ("persistent: W_hh in shared memory", "fused: hoisted input GEMM, fused cell",
                                "naive: 2 GEMMs a gate a step")
+_wavefront = "wavefront: every layer in one kernel"
 _cudnn = "torch.nn.LSTM (cuDNN)"
 _traffic = chapter.figure("recurrent weight bytes read per layer")
+_wave_chunk = _traffic["wavefront: batch rows a block takes at once, batch 64"]
 
 
 def _ms(batch, variant):
@@ -247,7 +273,14 @@ chapter.lesson("""
   {c1:.1f} ({s1:.2f} of cuDNN's speed). Its time grows with the batch ({p8:.1f} ms at 8, {p64:.0f} at 64,
   against {c8:.1f} and {c64:.1f}): a block multiplies {chunk} batch rows at a time, a warp per weight
   row, three block barriers a chunk, so at batch 64 most of its time is spent waiting, not
-  multiplying. It is correct, and it is the structure; it is not yet fast (see EXPERIMENTS.md).
+  multiplying. It is correct, and it is the structure, but it is slower than cuDNN.
+- **The wavefront kernel** is the same structure made fast (EXPERIMENTS.md has the steps between
+  the two): {w1:.2f} ms at batch 1, {ws1:.1f}x cuDNN's speed, and {w8:.2f} ms at batch 8
+  ({ws8:.1f}x). One launch for the forward, {barriers} grid barriers where the persistent kernel
+  has {persistent_barriers}, both weight matrices read from memory once. At batch 64 it takes
+  {w64:.0f} ms, {ws64:.2f} of cuDNN's speed: a block takes {chunk64} batch rows at a time (what
+  its shared memory holds beside the weights), so a step is {passes} passes over the weights, where
+  cuDNN's GEMMs have enough rows to fill the GPU.
 """,
     naive=_ms(64, _naive), fused=_ms(64, _fused), fused_speedup=_ms(64, _naive) / _ms(64, _fused),
     fused_host=chapter.figure("LSTM forward, batch 64", _fused, "host_us") / 1e3,
@@ -256,6 +289,10 @@ chapter.lesson("""
     step1=1e3 * _ms(1, _persistent) / (_traffic["steps"] * _traffic["layers"]),
     p1=_ms(1, _persistent), c1=_ms(1, _cudnn), s1=_ms(1, _cudnn) / _ms(1, _persistent),
     p8=_ms(8, _persistent), c8=_ms(8, _cudnn), p64=_ms(64, _persistent), c64=_ms(64, _cudnn),
+    w1=_ms(1, _wavefront), ws1=_ms(1, _cudnn) / _ms(1, _wavefront), w8=_ms(8, _wavefront),
+    ws8=_ms(8, _cudnn) / _ms(8, _wavefront), w64=_ms(64, _wavefront), ws64=_ms(64, _cudnn) / _ms(64, _wavefront),
+    barriers=_traffic["steps"] + _traffic["layers"] - 1, persistent_barriers=_traffic["steps"] * _traffic["layers"],
+    chunk64=_wave_chunk, passes=-(-64 // _wave_chunk),
 )
 
 # %% [markdown]
@@ -278,10 +315,11 @@ exercises.show("ch10.2")
 # ## More to try
 # 1. Time the fused LSTM as one CUDA graph at the book's sizes (the profiling section replays 8
 #    steps that way): its time is its host's.
-# 2. The persistent kernel at batch 64: give each thread a tile of (weight rows x batch rows), as a
-#    GEMM does, instead of a warp per row and a shuffle reduction per batch row.
-# 3. All layers in one persistent kernel, in a wavefront: layer l at step t beside layer l+1 at
-#    step t-1, one grid barrier per wavefront step (T + L - 1 barriers instead of T·L).
+# 2. The wavefront at batch 64: more batch rows at a time need the shared memory W_ih's share
+#    takes. At large batches, keep W_ih off chip (step 2's hoisted GEMM, layer by layer: it costs
+#    little next to the recurrence there) and give the batch chunk that room.
+# 3. The persistent kernel's steps one at a time: which of the wavefront's changes (batch chunks,
+#    the cell in the warp, the barrier without a call) buys how much, with `tools/lstm_bench.py`.
 #
 # ## References
 # - Jaegeun Han and Bharatkumar Sharma, *Learn CUDA Programming*, chapter 10 (the LSTM from cuBLAS

@@ -18,6 +18,13 @@ def sigmoid(z):
     return ONE / (ONE + math.exp(-z))
 
 
+@cuda.jit
+def zero_kernel(a):
+    """a[:] = 0 on the stream (numba's `a[:] = 0` waits for the GPU: a timed call would then time the host)."""
+    for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
+        a[i] = 0
+
+
 class LSTM:
     """A stack of LSTM layers on the GPU. weights: reference.init_lstm's list (float32, host)."""
 
@@ -47,8 +54,8 @@ class LSTM:
         state_shape = (self.layers, B, self.hidden)
         h_n, c_n = self._buffer("h_n", state_shape, stream), self._buffer("c_n", state_shape, stream)
         for name, given, out in (("h0", h0, h_n), ("c0", c0, c_n)):
-            if given is None:
-                out[:] = 0  # the state starts at zero; each layer reads its slice, then overwrites it
+            if given is None:  # zeros; each layer reads its slice, then overwrites it
+                zero_kernel[-(-out.size // 256), 256, stream](out.reshape(-1))
             else:
                 out.copy_to_device(require(given, name, dtype=np.float32, shape=state_shape), stream=stream)
         return self._layers(x, h_n, c_n, stream), h_n, c_n

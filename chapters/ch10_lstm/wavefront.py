@@ -1,22 +1,24 @@
-"""Step 5 (not yet in the chapter: measured on no GPU so far, see EXPERIMENTS.md): every layer in
-one persistent kernel, in a wavefront, after Baidu's persistent RNNs.
+"""Step 5, after Baidu's persistent RNNs: every layer in one persistent kernel, in a wavefront.
 
 At wavefront step s, layer l works on time step t = s - l: layer l+1 multiplies layer l's h_t while
 layer l is on h_{t+1}. The layers run side by side on blocks of their own, and a forward takes
 T + L - 1 grid barriers instead of T * L. Each block owns `units` hidden units of one layer, their
 four gates' rows (64 rows at H = 512 over 32 blocks a layer), and keeps both of its weight
 matrices on chip for the whole sequence:
-- W_hh in shared memory (128 KB a block, rows padded: past the 48 KB a kernel gets without asking,
-  so the launch asks);
-- W_ih (layers past the first; the first one's input term is step 2's hoisted GEMM): a row's
-  SLICES neighbouring threads each take every SLICES-th value of it, 64 floats a thread, of which
-  the first KR stay in registers and the rest in the shared memory W_hh leaves. Registers hold
-  them only if the loops over them are unrolled (sizes known when the kernel is made:
-  make_wavefront_kernel) and nothing saves them to the stack: the barrier between wavefront steps
-  is a counter the blocks add to, not numba's grid.sync(), a call into the device runtime around
-  which every live register is saved; indices are unsigned, so that each address is a base and a
-  constant offset (numba tests a signed index for wrap-around).
-The launch is still cooperative (the kernel calls cuda.cg.this_grid()), so the grid is resident."""
+- a warp owns the four gates of one or more units (rows_per_warp rows), and lane `lane` takes
+  k = m * 32 + lane of each row: a thread's share of W_hh sits in shared memory, beside its
+  neighbours' (a warp reads 32 consecutive words: no bank conflict);
+- W_ih (layers past the first; the first one's input term is step 2's hoisted GEMM): the first
+  values of a thread's share stay in registers, the rest in the shared memory W_hh leaves.
+  Registers hold them only if the loops over them are unrolled (sizes known when the kernel is
+  made: make_wavefront_kernel) and nothing saves them to the stack: the barrier between wavefront
+  steps is workbook.barrier's counter, not numba's grid.sync(), a call into the device runtime
+  around which every live register is saved; indices are unsigned, so that each address is a base
+  and a constant offset (numba tests a signed index for wrap-around).
+A block takes `chunk` batch rows at once: each weight read from shared memory serves all of them.
+After the warp's sums are reduced across its lanes, the lanes that hold a unit's four gates are in
+the same warp, and one lane per (unit, batch row) computes the cell from them: no trip through
+shared memory, no barrier between the sums and the cell."""
 
 import math
 from functools import lru_cache
@@ -26,6 +28,7 @@ import numpy as np
 from numba import cuda, float32
 
 from workbook import ON_GPU
+from workbook.barrier import counter_barrier
 from workbook.inputs import sm_count
 from workbook.launch import allow_shared_memory
 
@@ -37,129 +40,200 @@ MAX_THREADS = 512 if ON_GPU else 128
 SHARED_LIMIT = 227 * 1024  # a block's dynamic shared memory on an H100, asked for
 ZERO = float32(0.0)
 W_IH_REGISTERS = 24  # W_ih values a thread keeps in registers; the rest of its share in shared memory
+FULL = 0xFFFFFFFF
 
 
 def block_shape(hidden, units):
-    """(threads, slices): a weight row is shared by `slices` neighbouring lanes (a power of 2 that
-    divides 32), as many as MAX_THREADS allows; the block is rounded up to whole warps."""
-    rows = 4 * units
-    slices = 1
-    while slices < 32 and rows * slices * 2 <= MAX_THREADS:
-        slices *= 2
-    return -(-rows * slices // 32) * 32, slices
+    """(rows_per_warp, threads): a warp owns the 4 gate rows of a power-of-2 number of units, as
+    few as MAX_THREADS allows; a lane takes every 32nd k of each row."""
+    rows, warps = 4 * units, MAX_THREADS // 32
+    per_warp = 4
+    while per_warp * warps < rows:
+        per_warp *= 2
+    return per_warp, 32 * -(-rows // per_warp)
 
 
-def shared_words(units, hidden):
-    """float32 words of a block's shared memory: its W_hh rows (padded), h_{t-1} and the input of
-    one batch row, the gate sums."""
-    threads, slices = block_shape(hidden, units)
-    kpt = -(-hidden // slices)
-    return 4 * units * (hidden + 1) + 2 * hidden + 4 * units + (kpt - min(kpt, W_IH_REGISTERS)) * threads
+def shared_words(hidden, units, chunk):
+    """float32 words of a block's shared memory: W_hh and the shared part of W_ih (a thread's values
+    side by side with its neighbours'), the chunk's h_{t-1} and inputs (rows padded to whole warps)."""
+    per_warp, threads = block_shape(hidden, units)
+    steps = -(-hidden // 32)
+    in_registers = min(steps, W_IH_REGISTERS // per_warp) * per_warp
+    return (2 * per_warp * steps - in_registers) * threads + 2 * chunk * 32 * steps
+
+
+def chunk_rows(hidden, units, batch):
+    """Batch rows a block multiplies together: a power of 2 up to the batch, as many as a warp's
+    reduction (rows_per_warp * chunk <= 32) and the shared memory allow."""
+    per_warp, _ = block_shape(hidden, units)
+    chunk = 1
+    while chunk < batch and per_warp * chunk * 2 <= 32 and 4 * shared_words(hidden, units, chunk * 2) <= SHARED_LIMIT:
+        chunk *= 2
+    return chunk
 
 
 @lru_cache(maxsize=None)
-def make_wavefront_kernel(H, U, L):
-    """The wavefront kernel for hidden size H, U units a block, L layers."""
-    R = 4 * U  # weight rows a block owns
-    THREADS, SLICES = block_shape(H, U)
-    KPT = -(-H // SLICES)  # k values a thread takes: k = m * SLICES + part
-    PITCH = H + 1  # padded shared rows: a warp's rows start in different banks
-    HS = R * PITCH  # h_{t-1}, one batch row
-    XS = HS + H  # the layer's input (h_t of the layer below), one batch row
-    ZS = XS + H  # the gate sums, one per row
-    KR = min(KPT, W_IH_REGISTERS)
-    WS = ZS + R  # the shared W_ih: value m >= KR of thread tid at WS + (m - KR) * THREADS + tid
-    EXACT = H % SLICES == 0  # every k = m * SLICES + part is below H: no guard
+def make_wavefront_kernel(H, U, L, NB):
+    """The wavefront kernel for hidden size H, U units a block, L layers, NB batch rows at a time."""
+    RPW, THREADS = block_shape(H, U)
+    UPW = RPW // 4  # units a warp owns: its row r is gate r % 4 of unit warp * UPW + r // 4
+    KPT = -(-H // 32)  # k values a lane takes of each row: k = m * 32 + lane
+    KP = 32 * KPT  # h and input rows padded with zeros to whole warps
+    PT = RPW * KPT  # weight values a thread holds of each matrix: value i = m * RPW + r
+    KM = min(KPT, W_IH_REGISTERS // RPW)  # the W_ih values of m < KM stay in registers
+    KR = KM * RPW
+    KR_SLOTS = max(KR, 1)  # a local array has at least one element
+    WS = PT * THREADS  # W_hh value i of thread tid at i * THREADS + tid; W_ih value i >= KR at WS + (i - KR) * THREADS + tid
+    HS = WS + (PT - KR) * THREADS  # h_{t-1} of the chunk's batch row bb at HS + bb * KP + k
+    XS = HS + NB * KP  # the layer's input (h_t of the layer below), the same way
+    RN = RPW * NB  # sums a lane holds before the reduction: row r, batch row bb at r * NB + bb
+    SPLITS = RN.bit_length() - 1  # RN is a power of 2: log2
+    SHIFT = 5 - SPLITS  # after the reduction lane L holds sum L >> SHIFT
+    CELLS = UPW * NB  # lanes that compute a cell: (unit ul of the warp, batch row bb) = divmod(lane, NB)
+    STAGE = -(-NB * H // THREADS)  # values of a chunk's h (and of its inputs) a thread loads
     # a block of THREADS must fit an SM: at most 65536 / THREADS registers a thread (128 at 512)
     options = {"launch_bounds": (THREADS, 1)} if ON_GPU else {}
 
+    @cuda.jit(device=True, forceinline=True)
+    def previous_h(h, y, layer, t, T, B, b, k):
+        """h_{t-1}[b, k] of `layer`: its initial state at t = 0 (flat arrays, unsigned indices)."""
+        if t == numba.uint64(0):
+            return h[(layer * B + b) * numba.uint64(H) + k]
+        return y[((layer * T + t - numba.uint64(1)) * B + b) * numba.uint64(H) + k]
+
+    @cuda.jit(device=True, forceinline=True)
+    def layer_input(y, layer, t, T, B, b, k):
+        """h_t[b, k] of the layer below; 0 for the first layer (its input term is the hoisted GEMM's)."""
+        if layer == numba.uint64(0):
+            return ZERO
+        return y[(((layer - numba.uint64(1)) * T + t) * B + b) * numba.uint64(H) + k]
+
     @cuda.jit(**options)
-    def wavefront_kernel(x_terms, w_ih, w_hh, bias, h, c, y, T, B, arrived):
-        """Flat float32 arrays, every index an unsigned 64-bit integer from compile-time sizes."""
+    def wavefront_kernel(x_terms, w_ih, w_hh, bias, h, c, y, T, B, counter):
+        """Flat float32 arrays, every index an unsigned 64-bit integer from compile-time sizes.
+        counter: 2 uint64, zero at the launch and left at zero (the last block out resets them)."""
         u64 = numba.uint64
         T, B = u64(T), u64(B)
         cuda.cg.this_grid()  # unused but for this: numba launches the kernel cooperatively (all blocks resident)
         shared = cuda.shared.array(0, dtype=float32)
         tid = u64(cuda.threadIdx.x)
-        row, part = tid // u64(SLICES), tid % u64(SLICES)
-        per_layer = u64(cuda.gridDim.x) // u64(L)
+        warp, lane = tid // u64(32), tid % u64(32)
+        blocks = u64(cuda.gridDim.x)
+        per_layer = blocks // u64(L)
         layer = u64(cuda.blockIdx.x) // per_layer
         j0 = (u64(cuda.blockIdx.x) % per_layer) * u64(U)
-        live = row < u64(R) and j0 + row % u64(U) < u64(H)
-        for n in range(tid, u64(R * H), u64(THREADS)):
-            r, k = n // u64(H), n % u64(H)
-            src = (layer * u64(4 * H) + (r // u64(U)) * u64(H) + j0 + r % u64(U)) * u64(H) + k
-            shared[r * u64(PITCH) + k] = w_hh[src] if j0 + r % u64(U) < u64(H) else ZERO
-        for k in range(tid, u64(H), u64(THREADS)):
+        wih = cuda.local.array(KR_SLOTS, float32)
+        for pass_ in range(2):  # once per sequence: this thread's share of the block's weight rows
+            for i in range(PT):
+                r = u64(i % RPW)
+                u, gate = warp * u64(UPW) + r // u64(4), r % u64(4)
+                k = u64((i // RPW) * 32) + lane
+                live = u < u64(U) and j0 + u < u64(H) and k < u64(H)
+                at = (layer * u64(4 * H) + gate * u64(H) + j0 + u) * u64(H) + k
+                w_ih_value = w_ih[at] if live and layer > u64(0) else ZERO  # layer 0's input term: the hoisted GEMM's
+                if pass_ == 0:  # first the register share, into W_hh's place: a loop as long as this one is not
+                    if i < KR:  # unrolled, and only unrolled code keeps an array in registers
+                        shared[u64(i * THREADS) + tid] = w_ih_value
+                else:
+                    shared[u64(i * THREADS) + tid] = w_hh[at] if live else ZERO
+                    if i >= KR:
+                        shared[u64(WS + (i - KR) * THREADS) + tid] = w_ih_value
+            if pass_ == 0:
+                for n in range(KR):  # short, unrolled: registers
+                    wih[n] = shared[u64(n * THREADS) + tid]
+        for k in range(tid, u64(NB * KP), u64(THREADS)):
+            shared[u64(HS) + k] = ZERO
             shared[u64(XS) + k] = ZERO
-        wih = cuda.local.array(KR, float32)
-        w_from = (layer * u64(4 * H) + (row // u64(U)) * u64(H) + j0 + row % u64(U)) * u64(H) + part
-        for m in range(KPT):
-            value = w_ih[w_from + u64(m * SLICES)] if (layer > u64(0) and live and (EXACT or m * SLICES + part < H)) else ZERO
-            if m < KR:
-                wih[m] = value
-            else:
-                shared[u64(WS + (m - KR) * THREADS) + tid] = value
-        cuda.syncthreads()
-        w_at, h_at, x_at = row * u64(PITCH) + part, u64(HS) + part, u64(XS) + part
+        cuda.syncthreads()  # zeros first: the staging below writes rows another thread zeroed
+        acc = cuda.local.array(RN, float32)
+        next_h = cuda.local.array(STAGE, float32)
+        next_x = cuda.local.array(STAGE, float32)
+        gates = cuda.local.array(4, float32)
+        cell_lane = lane % u64(CELLS)  # lanes past CELLS compute a copy and store nothing
+        u, bb = warp * u64(UPW) + cell_lane // u64(NB), cell_lane % u64(NB)
+        j = j0 + u
         for s in range(T + u64(L - 1)):
             if s >= layer and s - layer < T:
                 t = s - layer
-                for b in range(B):
-                    for k in range(tid, u64(H), u64(THREADS)):
-                        shared[u64(HS) + k] = h[(layer * B + b) * u64(H) + k] if t == u64(0) else \
-                            y[((layer * T + t - u64(1)) * B + b) * u64(H) + k]
-                        if layer > u64(0):
-                            shared[u64(XS) + k] = y[(((layer - u64(1)) * T + t) * B + b) * u64(H) + k]
+                for q in range(STAGE):  # the first chunk's h_{t-1} and inputs, straight to shared memory
+                    n = tid + u64(q * THREADS)
+                    row, k = n // u64(H), n % u64(H)
+                    if n < u64(NB * H) and row < B:
+                        shared[u64(HS) + row * u64(KP) + k] = previous_h(h, y, layer, t, T, B, row, k)
+                        shared[u64(XS) + row * u64(KP) + k] = layer_input(y, layer, t, T, B, row, k)
+                for b0 in range(u64(0), B, u64(NB)):
+                    b = b0 + bb
+                    mine = lane < u64(CELLS) and u < u64(U) and j < u64(H) and b < B
+                    c_old = ZERO
+                    for gate in range(4):  # the cell lane's c and gate terms that need no h: in flight meanwhile
+                        gates[gate] = ZERO
+                        if mine:
+                            gates[gate] = bias[layer * u64(4 * H) + u64(gate * H) + j]
+                            if layer == u64(0):
+                                gates[gate] += x_terms[(t * B + b) * u64(4 * H) + u64(gate * H) + j]
+                    if mine:
+                        c_old = c[(layer * B + b) * u64(H) + j]
                     cuda.syncthreads()
-                    acc = ZERO
-                    if row < u64(R):
-                        for m in range(KR):
-                            if EXACT or m * SLICES + part < H:
-                                step_k = u64(m * SLICES)
-                                acc += shared[w_at + step_k] * shared[h_at + step_k] + wih[m] * shared[x_at + step_k]
-                        for m in range(KR, KPT):
-                            if EXACT or m * SLICES + part < H:
-                                step_k = u64(m * SLICES)
-                                acc += shared[w_at + step_k] * shared[h_at + step_k] + \
-                                    shared[u64(WS + (m - KR) * THREADS) + tid] * shared[x_at + step_k]
-                    step = SLICES // 2
-                    while step > 0:
-                        acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, step)
-                        step //= 2
-                    if part == u64(0) and row < u64(R):
-                        shared[u64(ZS) + row] = acc
-                    cuda.syncthreads()
-                    if tid < u64(U) and j0 + tid < u64(H):
-                        j = j0 + tid
-                        zi = shared[u64(ZS) + tid] + bias[layer * u64(4 * H) + j]
-                        zf = shared[u64(ZS + U) + tid] + bias[layer * u64(4 * H) + u64(H) + j]
-                        zg = shared[u64(ZS + 2 * U) + tid] + bias[layer * u64(4 * H) + u64(2 * H) + j]
-                        zo = shared[u64(ZS + 3 * U) + tid] + bias[layer * u64(4 * H) + u64(3 * H) + j]
-                        if layer == u64(0):
-                            at = (t * B + b) * u64(4 * H) + j
-                            zi += x_terms[at]
-                            zf += x_terms[at + u64(H)]
-                            zg += x_terms[at + u64(2 * H)]
-                            zo += x_terms[at + u64(3 * H)]
-                        state = (layer * B + b) * u64(H) + j
-                        cell = sigmoid(zf) * c[state] + sigmoid(zi) * math.tanh(zg)
-                        c[state] = cell
-                        y[((layer * T + t) * B + b) * u64(H) + j] = sigmoid(zo) * math.tanh(cell)
-                    cuda.syncthreads()
-            cuda.syncthreads()  # a grid barrier without a call: a counter every block adds 1 to
-            if tid == u64(0):
-                cuda.threadfence()
-                cuda.atomic.add(arrived, 0, 1)
-                target = (s + u64(1)) * u64(cuda.gridDim.x)
-                while u64(cuda.atomic.add(arrived, 0, 0)) < target:
-                    pass
-                cuda.threadfence()
-            cuda.syncthreads()
+                    after = b0 + u64(NB)  # the next chunk's rows: their loads in flight during this chunk's sums
+                    if after < B:
+                        for q in range(STAGE):
+                            n = tid + u64(q * THREADS)
+                            row, k = n // u64(H), n % u64(H)
+                            if n < u64(NB * H) and after + row < B:
+                                next_h[q] = previous_h(h, y, layer, t, T, B, after + row, k)
+                                next_x[q] = layer_input(y, layer, t, T, B, after + row, k)
+                    for n in range(RN):
+                        acc[n] = ZERO
+                    for m in range(KM):  # every weight value read once for the chunk's NB rows; W_ih from registers
+                        for r in range(RPW):
+                            w, wi = shared[u64((m * RPW + r) * THREADS) + tid], wih[m * RPW + r]
+                            for row in range(NB):
+                                at = u64(row * KP + m * 32) + lane
+                                acc[r * NB + row] += w * shared[u64(HS) + at] + wi * shared[u64(XS) + at]
+                    for m in range(KM, KPT):  # the rest: W_ih from shared memory too
+                        for r in range(RPW):
+                            i = m * RPW + r
+                            w, wi = shared[u64(i * THREADS) + tid], shared[u64(WS + (i - KR) * THREADS) + tid]
+                            for row in range(NB):
+                                at = u64(row * KP + m * 32) + lane
+                                acc[r * NB + row] += w * shared[u64(HS) + at] + wi * shared[u64(XS) + at]
+                    # the warp's RN sums over its 32 lanes: each exchange halves the sums a lane keeps
+                    # (lanes with the bit set keep the upper half), then a plain butterfly
+                    width = RN
+                    for level in range(5):
+                        bit = 16 >> level
+                        upper = (lane & u64(bit)) != u64(0)
+                        if level < SPLITS:
+                            width //= 2
+                            for n in range(width):
+                                give = acc[n] if upper else acc[n + width]
+                                keep = acc[n + width] if upper else acc[n]
+                                acc[n] = keep + cuda.shfl_xor_sync(FULL, give, bit)
+                        else:
+                            acc[0] += cuda.shfl_xor_sync(FULL, acc[0], bit)
+                    for gate in range(4):  # sum (4 * ul + gate) * NB + bb sits in lane ((4 * ul + gate) * NB + bb) << SHIFT
+                        source = ((cell_lane // u64(NB) * u64(4) + u64(gate)) * u64(NB) + bb) << u64(SHIFT)
+                        gates[gate] += cuda.shfl_sync(FULL, acc[0], source)
+                    if mine:
+                        cell = sigmoid(gates[1]) * c_old + sigmoid(gates[0]) * math.tanh(gates[2])
+                        c[(layer * B + b) * u64(H) + j] = cell
+                        y[((layer * T + t) * B + b) * u64(H) + j] = sigmoid(gates[3]) * math.tanh(cell)
+                    if after < B:
+                        cuda.syncthreads()  # every warp done with this chunk's rows: the next one's replace them
+                        for q in range(STAGE):
+                            n = tid + u64(q * THREADS)
+                            row, k = n // u64(H), n % u64(H)
+                            if n < u64(NB * H) and after + row < B:
+                                shared[u64(HS) + row * u64(KP) + k] = next_h[q]
+                                shared[u64(XS) + row * u64(KP) + k] = next_x[q]
+            counter_barrier(counter, (s + u64(1)) * blocks)  # every h of wavefront step s written
         for n in range(tid, u64(U) * B, u64(THREADS)):
             u, b = n // B, n % B
             if j0 + u < u64(H):
                 h[(layer * B + b) * u64(H) + j0 + u] = y[((layer * T + T - u64(1)) * B + b) * u64(H) + j0 + u]
+        if tid == u64(0) and cuda.atomic.add(counter, 1, 1) == blocks - u64(1):
+            counter[0] = 0  # the last block out: every other one is past its last barrier; ready for the next launch
+            counter[1] = 0
 
     return wavefront_kernel
 
@@ -176,34 +250,34 @@ class WavefrontLSTM(FusedLSTM):
         self.w_ih_all = cuda.to_device(w_ih)
         self.w_hh_all = cuda.to_device(np.stack([w["w_hh"] for w in weights]))
         self.bias_all = cuda.to_device(np.stack([w["b_ih"] + w["b_hh"] for w in weights]))
+        self.counter = cuda.to_device(np.zeros(2, np.uint64))  # the grid barrier's; each launch leaves it at zero
         resident = sm_count() if blocks is None else blocks  # one block an SM
         if resident < L:
             raise ValueError(f"{L} layers need at least {L} blocks, one a layer; {resident} given")
         self.units = -(-H // (resident // L))
         self.blocks = L * -(-H // self.units)
-        self.threads, _ = block_shape(H, self.units)
-        self.shared_bytes = 4 * shared_words(self.units, H)
-        if 4 * self.units > MAX_THREADS or self.shared_bytes > SHARED_LIMIT:
+        rows_per_warp, self.threads = block_shape(H, self.units)
+        self.shared_bytes = 4 * shared_words(H, self.units, 1)
+        if rows_per_warp > 32 or self.shared_bytes > SHARED_LIMIT:
             raise ValueError(f"hidden size {H} over {self.blocks // L} blocks a layer gives each block {self.units} "
-                             f"units: {4 * self.units} weight rows (at most {MAX_THREADS}, a thread each) and "
+                             f"units: {4 * self.units} weight rows, {rows_per_warp} a warp (at most 32) and "
                              f"{self.shared_bytes} bytes of shared memory (at most {SHARED_LIMIT}): use "
                              "PersistentLSTM, or more blocks")
-        self.kernel = make_wavefront_kernel(H, self.units, L)
 
     def _layers(self, x, h_n, c_n, stream):
         T, B, _ = x.shape
+        H, L = self.hidden, self.layers
+        chunk = chunk_rows(H, self.units, B)
+        kernel, shared_bytes = make_wavefront_kernel(H, self.units, L, chunk), 4 * shared_words(H, self.units, chunk)
         x_terms = self.input_terms(0, x, stream)
-        y = self._buffer("y, every layer", (self.layers, T, B, self.hidden), stream)
-        if not hasattr(self, "arrived"):
-            self.arrived = cuda.to_device(np.zeros(1, np.uint64))
-        self.arrived.copy_to_device(np.zeros(1, np.uint64), stream=stream)  # the barrier's counter starts at 0
+        y = self._buffer("y, every layer", (L, T, B, H), stream)
         args = (x_terms.reshape(-1), self.w_ih_all.reshape(-1), self.w_hh_all.reshape(-1), self.bias_all.reshape(-1),
-                h_n.reshape(-1), c_n.reshape(-1), y.reshape(-1), np.int64(T), np.int64(B), self.arrived)
+                h_n.reshape(-1), c_n.reshape(-1), y.reshape(-1), np.int64(T), np.int64(B), self.counter)
         if ON_GPU:
-            allow_shared_memory(self.kernel.compile(tuple(numba.typeof(a) for a in args)), self.shared_bytes)
-        limit = cooperative_limit(self.kernel, args, self.threads, self.shared_bytes)
+            allow_shared_memory(kernel.compile(tuple(numba.typeof(a) for a in args)), shared_bytes)
+        limit = cooperative_limit(kernel, args, self.threads, shared_bytes)
         if self.blocks > limit:
-            raise ValueError(f"{self.blocks} blocks of {self.threads} threads and {self.shared_bytes} bytes of shared "
+            raise ValueError(f"{self.blocks} blocks of {self.threads} threads and {shared_bytes} bytes of shared "
                              f"memory cannot all be resident at once (at most {limit}): a grid barrier would hang")
-        self.kernel[self.blocks, self.threads, stream, self.shared_bytes](*args)
-        return y[self.layers - 1]
+        kernel[self.blocks, self.threads, stream, shared_bytes](*args)
+        return y[L - 1]
