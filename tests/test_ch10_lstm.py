@@ -12,10 +12,10 @@ from chapters.ch10_lstm import reference as ref
 from chapters.ch10_lstm.fused import FusedLSTM
 from chapters.ch10_lstm.naive import NaiveLSTM
 from chapters.ch10_lstm.persistent import CHUNK, PersistentLSTM
-from chapters.ch10_lstm.wavefront import WavefrontLSTM, chunk_rows
+from chapters.ch10_lstm.wavefront import LayerwiseLSTM, WavefrontLSTM, chunk_rows
 
 VARIANTS = {"naive": NaiveLSTM, "fused": FusedLSTM, "persistent": lambda w: PersistentLSTM(w, blocks=3),
-            "wavefront": lambda w: WavefrontLSTM(w, blocks=4)}
+            "wavefront": lambda w: WavefrontLSTM(w, blocks=4), "layerwise": lambda w: LayerwiseLSTM(w, blocks=4)}
 
 
 def _run(net, x, h0=None, c0=None):
@@ -49,19 +49,19 @@ def test_zero_initial_state_is_the_default(variant):
 
 
 def test_wavefront_takes_the_batch_in_chunks_and_leaves_its_barrier_at_zero():
-    """2 layers, H = 12 over 4 blocks: 6 units a block, 8 rows a warp, so chunks of 4 batch rows;
+    """2 layers, H = 8 over 4 blocks: 4 units a block, 4 rows a warp, so chunks of 4 batch rows;
     batch 9 is 2 full chunks and a ragged one. Run twice: the barrier's counter is back at zero."""
-    weights = ref.init_lstm(3, 12, 2, seed=8)
+    weights = ref.init_lstm(3, 8, 2, seed=8)
     net = WavefrontLSTM(weights, blocks=4)
-    assert chunk_rows(12, net.units, 9) == 4
+    assert chunk_rows(8, net.units, 9) == 4
     x = np.random.default_rng(9).standard_normal((3, 9, 3)).astype(np.float32)
     expected = ref.lstm_reference(x, weights)
     for _ in range(2):
-        _check(_run(net, x), expected, 12, 3)
+        _check(_run(net, x), expected, 8, 3)
         assert not net.counter.copy_to_host().any()
 
 
-@pytest.mark.parametrize("variant", ["fused", "persistent", "wavefront"])
+@pytest.mark.parametrize("variant", ["fused", "persistent", "wavefront", "layerwise"])
 def test_nan_in_one_batch_row_stays_in_that_row(variant):
     weights = ref.init_lstm(3, 5, 1, seed=4)
     x = np.random.default_rng(5).standard_normal((2, 3, 3)).astype(np.float32)

@@ -1,7 +1,7 @@
 """The persistent LSTMs against cuDNN on a GPU, without the naive and fused ones (which take
 seconds): T = 512, I = H = 512, 4 layers; correctness at batch 1, then CUDA-event times.
 
-    python tools/lstm_bench.py [variant,variant...] [batch ...]      variants: persistent, wavefront
+    python tools/lstm_bench.py [variant,variant...] [batch ...]      variants: persistent, wavefront, layerwise
 """
 
 import sys
@@ -15,14 +15,14 @@ from workbook import bench, cuda
 
 from chapters.ch10_lstm import reference as ref
 from chapters.ch10_lstm.persistent import PersistentLSTM
-from chapters.ch10_lstm.wavefront import WavefrontLSTM
+from chapters.ch10_lstm.wavefront import LayerwiseLSTM, WavefrontLSTM
 
 torch.backends.cudnn.allow_tf32 = False
 torch.backends.cuda.matmul.allow_tf32 = False
 T, H, L = 512, 512, 4
 weights = ref.init_lstm(H, H, L, seed=0)
 chosen = sys.argv[1].split(",") if len(sys.argv) > 1 else ["persistent", "wavefront"]
-nets = {name: {"persistent": PersistentLSTM, "wavefront": WavefrontLSTM}[name](weights) for name in chosen}
+nets = {name: {"persistent": PersistentLSTM, "wavefront": WavefrontLSTM, "layerwise": LayerwiseLSTM}[name](weights) for name in chosen}
 lstm = torch.nn.LSTM(H, H, L).cuda()
 with torch.no_grad():
     for layer, w in enumerate(weights):

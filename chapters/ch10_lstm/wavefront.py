@@ -18,7 +18,10 @@ matrices on chip for the whole sequence:
 A block takes `chunk` batch rows at once: each weight read from shared memory serves all of them.
 After the warp's sums are reduced across its lanes, the lanes that hold a unit's four gates are in
 the same warp, and one lane per (unit, batch row) computes the cell from them: no trip through
-shared memory, no barrier between the sums and the cell."""
+shared memory, no barrier between the sums and the cell.
+
+LayerwiseLSTM runs the same kernel one layer at a time, each layer's input term a hoisted GEMM: W_hh
+alone on chip, room for more batch rows (measured on no GPU so far: EXPERIMENTS.md)."""
 
 import math
 from functools import lru_cache
@@ -40,6 +43,7 @@ MAX_THREADS = 512 if ON_GPU else 128
 SHARED_LIMIT = 227 * 1024  # a block's dynamic shared memory on an H100, asked for
 ZERO = float32(0.0)
 W_IH_REGISTERS = 24  # W_ih values a thread keeps in registers; the rest of its share in shared memory
+SUMS = 16  # sums a lane accumulates at most (weight rows x batch rows): at 32 they go to local memory
 FULL = 0xFFFFFFFF
 
 
@@ -53,21 +57,25 @@ def block_shape(hidden, units):
     return per_warp, 32 * -(-rows // per_warp)
 
 
-def shared_words(hidden, units, chunk):
+def shared_words(hidden, units, chunk, inputs=True):
     """float32 words of a block's shared memory: W_hh and the shared part of W_ih (a thread's values
-    side by side with its neighbours'), the chunk's h_{t-1} and inputs (rows padded to whole warps)."""
+    side by side with its neighbours'), the chunk's h_{t-1} and inputs (rows padded to whole warps).
+    inputs=False: a kernel of one layer, whose input term is the hoisted GEMM's: no W_ih, no inputs."""
     per_warp, threads = block_shape(hidden, units)
     steps = -(-hidden // 32)
+    if not inputs:
+        return per_warp * steps * threads + chunk * 32 * steps
     in_registers = min(steps, W_IH_REGISTERS // per_warp) * per_warp
     return (2 * per_warp * steps - in_registers) * threads + 2 * chunk * 32 * steps
 
 
-def chunk_rows(hidden, units, batch):
-    """Batch rows a block multiplies together: a power of 2 up to the batch, as many as a warp's
-    reduction (rows_per_warp * chunk <= 32) and the shared memory allow."""
+def chunk_rows(hidden, units, batch, inputs=True):
+    """Batch rows a block multiplies together: a power of 2 up to the batch, as many as a lane's
+    sums (rows_per_warp * chunk <= SUMS) and the shared memory allow."""
     per_warp, _ = block_shape(hidden, units)
     chunk = 1
-    while chunk < batch and per_warp * chunk * 2 <= 32 and 4 * shared_words(hidden, units, chunk * 2) <= SHARED_LIMIT:
+    while chunk < batch and per_warp * chunk * 2 <= SUMS and \
+            4 * shared_words(hidden, units, chunk * 2, inputs) <= SHARED_LIMIT:
         chunk *= 2
     return chunk
 
@@ -80,12 +88,13 @@ def make_wavefront_kernel(H, U, L, NB):
     KPT = -(-H // 32)  # k values a lane takes of each row: k = m * 32 + lane
     KP = 32 * KPT  # h and input rows padded with zeros to whole warps
     PT = RPW * KPT  # weight values a thread holds of each matrix: value i = m * RPW + r
-    KM = min(KPT, W_IH_REGISTERS // RPW)  # the W_ih values of m < KM stay in registers
+    INPUTS = L > 1  # layers past the first take their input on chip; one layer alone has the hoisted GEMM's
+    KM = min(KPT, W_IH_REGISTERS // RPW) if INPUTS else 0  # the W_ih values of m < KM stay in registers
     KR = KM * RPW
     KR_SLOTS = max(KR, 1)  # a local array has at least one element
     WS = PT * THREADS  # W_hh value i of thread tid at i * THREADS + tid; W_ih value i >= KR at WS + (i - KR) * THREADS + tid
-    HS = WS + (PT - KR) * THREADS  # h_{t-1} of the chunk's batch row bb at HS + bb * KP + k
-    XS = HS + NB * KP  # the layer's input (h_t of the layer below), the same way
+    HS = WS + ((PT - KR) * THREADS if INPUTS else 0)  # h_{t-1} of the chunk's batch row bb at HS + bb * KP + k
+    XS = HS + NB * KP  # the layer's input (h_t of the layer below), the same way (INPUTS only)
     RN = RPW * NB  # sums a lane holds before the reduction: row r, batch row bb at r * NB + bb
     SPLITS = RN.bit_length() - 1  # RN is a power of 2: log2
     SHIFT = 5 - SPLITS  # after the reduction lane L holds sum L >> SHIFT
@@ -123,7 +132,7 @@ def make_wavefront_kernel(H, U, L, NB):
         layer = u64(cuda.blockIdx.x) // per_layer
         j0 = (u64(cuda.blockIdx.x) % per_layer) * u64(U)
         wih = cuda.local.array(KR_SLOTS, float32)
-        for pass_ in range(2):  # once per sequence: this thread's share of the block's weight rows
+        for pass_ in range(2 if INPUTS else 1):  # once per sequence: this thread's share of the block's weight rows
             for i in range(PT):
                 r = u64(i % RPW)
                 u, gate = warp * u64(UPW) + r // u64(4), r % u64(4)
@@ -131,19 +140,22 @@ def make_wavefront_kernel(H, U, L, NB):
                 live = u < u64(U) and j0 + u < u64(H) and k < u64(H)
                 at = (layer * u64(4 * H) + gate * u64(H) + j0 + u) * u64(H) + k
                 w_ih_value = w_ih[at] if live and layer > u64(0) else ZERO  # layer 0's input term: the hoisted GEMM's
-                if pass_ == 0:  # first the register share, into W_hh's place: a loop as long as this one is not
-                    if i < KR:  # unrolled, and only unrolled code keeps an array in registers
+                if not INPUTS:
+                    shared[u64(i * THREADS) + tid] = w_hh[at] if live else ZERO
+                elif pass_ == 0:  # first the register share, into W_hh's place: a loop as long as this one
+                    if i < KR:  # is not unrolled, and only unrolled code keeps an array in registers
                         shared[u64(i * THREADS) + tid] = w_ih_value
                 else:
                     shared[u64(i * THREADS) + tid] = w_hh[at] if live else ZERO
                     if i >= KR:
                         shared[u64(WS + (i - KR) * THREADS) + tid] = w_ih_value
-            if pass_ == 0:
+            if INPUTS and pass_ == 0:
                 for n in range(KR):  # short, unrolled: registers
                     wih[n] = shared[u64(n * THREADS) + tid]
         for k in range(tid, u64(NB * KP), u64(THREADS)):
             shared[u64(HS) + k] = ZERO
-            shared[u64(XS) + k] = ZERO
+            if INPUTS:
+                shared[u64(XS) + k] = ZERO
         cuda.syncthreads()  # zeros first: the staging below writes rows another thread zeroed
         acc = cuda.local.array(RN, float32)
         next_h = cuda.local.array(STAGE, float32)
@@ -160,7 +172,8 @@ def make_wavefront_kernel(H, U, L, NB):
                     row, k = n // u64(H), n % u64(H)
                     if n < u64(NB * H) and row < B:
                         shared[u64(HS) + row * u64(KP) + k] = previous_h(h, y, layer, t, T, B, row, k)
-                        shared[u64(XS) + row * u64(KP) + k] = layer_input(y, layer, t, T, B, row, k)
+                        if INPUTS:
+                            shared[u64(XS) + row * u64(KP) + k] = layer_input(y, layer, t, T, B, row, k)
                 for b0 in range(u64(0), B, u64(NB)):
                     b = b0 + bb
                     mine = lane < u64(CELLS) and u < u64(U) and j < u64(H) and b < B
@@ -181,7 +194,8 @@ def make_wavefront_kernel(H, U, L, NB):
                             row, k = n // u64(H), n % u64(H)
                             if n < u64(NB * H) and after + row < B:
                                 next_h[q] = previous_h(h, y, layer, t, T, B, after + row, k)
-                                next_x[q] = layer_input(y, layer, t, T, B, after + row, k)
+                                if INPUTS:
+                                    next_x[q] = layer_input(y, layer, t, T, B, after + row, k)
                     for n in range(RN):
                         acc[n] = ZERO
                     for m in range(KM):  # every weight value read once for the chunk's NB rows; W_ih from registers
@@ -193,10 +207,15 @@ def make_wavefront_kernel(H, U, L, NB):
                     for m in range(KM, KPT):  # the rest: W_ih from shared memory too
                         for r in range(RPW):
                             i = m * RPW + r
-                            w, wi = shared[u64(i * THREADS) + tid], shared[u64(WS + (i - KR) * THREADS) + tid]
-                            for row in range(NB):
-                                at = u64(row * KP + m * 32) + lane
-                                acc[r * NB + row] += w * shared[u64(HS) + at] + wi * shared[u64(XS) + at]
+                            w = shared[u64(i * THREADS) + tid]
+                            if INPUTS:
+                                wi = shared[u64(WS + (i - KR) * THREADS) + tid]
+                                for row in range(NB):
+                                    at = u64(row * KP + m * 32) + lane
+                                    acc[r * NB + row] += w * shared[u64(HS) + at] + wi * shared[u64(XS) + at]
+                            else:
+                                for row in range(NB):
+                                    acc[r * NB + row] += w * shared[u64(HS + row * KP + m * 32) + lane]
                     # the warp's RN sums over its 32 lanes: each exchange halves the sums a lane keeps
                     # (lanes with the bit set keep the upper half), then a plain butterfly
                     width = RN
@@ -225,7 +244,8 @@ def make_wavefront_kernel(H, U, L, NB):
                             row, k = n // u64(H), n % u64(H)
                             if n < u64(NB * H) and after + row < B:
                                 shared[u64(HS) + row * u64(KP) + k] = next_h[q]
-                                shared[u64(XS) + row * u64(KP) + k] = next_x[q]
+                                if INPUTS:
+                                    shared[u64(XS) + row * u64(KP) + k] = next_x[q]
             counter_barrier(counter, (s + u64(1)) * blocks)  # every h of wavefront step s written
         for n in range(tid, u64(U) * B, u64(THREADS)):
             u, b = n // B, n % B
@@ -268,16 +288,52 @@ class WavefrontLSTM(FusedLSTM):
         T, B, _ = x.shape
         H, L = self.hidden, self.layers
         chunk = chunk_rows(H, self.units, B)
-        kernel, shared_bytes = make_wavefront_kernel(H, self.units, L, chunk), 4 * shared_words(H, self.units, chunk)
         x_terms = self.input_terms(0, x, stream)
         y = self._buffer("y, every layer", (L, T, B, H), stream)
-        args = (x_terms.reshape(-1), self.w_ih_all.reshape(-1), self.w_hh_all.reshape(-1), self.bias_all.reshape(-1),
-                h_n.reshape(-1), c_n.reshape(-1), y.reshape(-1), np.int64(T), np.int64(B), self.counter)
-        if ON_GPU:
-            allow_shared_memory(kernel.compile(tuple(numba.typeof(a) for a in args)), shared_bytes)
-        limit = cooperative_limit(kernel, args, self.threads, shared_bytes)
-        if self.blocks > limit:
-            raise ValueError(f"{self.blocks} blocks of {self.threads} threads and {shared_bytes} bytes of shared "
-                             f"memory cannot all be resident at once (at most {limit}): a grid barrier would hang")
-        kernel[self.blocks, self.threads, stream, shared_bytes](*args)
+        launch(make_wavefront_kernel(H, self.units, L, chunk), self.blocks, self.threads,
+               4 * shared_words(H, self.units, chunk), stream,
+               x_terms.reshape(-1), self.w_ih_all.reshape(-1), self.w_hh_all.reshape(-1), self.bias_all.reshape(-1),
+               h_n.reshape(-1), c_n.reshape(-1), y.reshape(-1), np.int64(T), np.int64(B), self.counter)
         return y[L - 1]
+
+
+class LayerwiseLSTM(FusedLSTM):
+    """The same kernel one layer at a time (not yet in the chapter: see EXPERIMENTS.md): each layer's
+    input term is step 2's hoisted GEMM, so a block keeps only W_hh on chip and has the room for
+    more batch rows at a time; T barriers a layer instead of T + L - 1 for the whole forward."""
+
+    def __init__(self, weights, blocks=None):
+        super().__init__(weights)
+        H = self.hidden
+        self.w_hh_flat = [cuda.to_device(w["w_hh"].reshape(-1)) for w in weights]
+        self.counter = cuda.to_device(np.zeros(2, np.uint64))
+        resident = sm_count() if blocks is None else blocks
+        self.units = -(-H // resident)
+        self.blocks = -(-H // self.units)
+        rows_per_warp, self.threads = block_shape(H, self.units)
+        if rows_per_warp > 32 or 4 * shared_words(H, self.units, 1, inputs=False) > SHARED_LIMIT:
+            raise ValueError(f"hidden size {H} over {self.blocks} blocks gives each block {self.units} units: "
+                             f"{rows_per_warp} weight rows a warp (at most 32) or more than {SHARED_LIMIT} bytes of "
+                             "shared memory: use more blocks")
+
+    def _layer(self, layer, x, h, c, y, stream):
+        T, B, _ = x.shape
+        H = self.hidden
+        chunk = chunk_rows(H, self.units, B, inputs=False)
+        x_terms = self.input_terms(layer, x, stream)
+        w_hh = self.w_hh_flat[layer]
+        launch(make_wavefront_kernel(H, self.units, 1, chunk), self.blocks, self.threads,
+               4 * shared_words(H, self.units, chunk, inputs=False), stream,
+               x_terms.reshape(-1), w_hh, w_hh, self.bias[layer], h.reshape(-1), c.reshape(-1), y.reshape(-1),
+               np.int64(T), np.int64(B), self.counter)  # w_hh in W_ih's place: one layer reads no W_ih
+
+
+def launch(kernel, blocks, threads, shared_bytes, stream, *args):
+    """A cooperative launch of `kernel`, refused if its blocks cannot all be resident at once."""
+    if ON_GPU:
+        allow_shared_memory(kernel.compile(tuple(numba.typeof(a) for a in args)), shared_bytes)
+    limit = cooperative_limit(kernel, args, threads, shared_bytes)
+    if blocks > limit:
+        raise ValueError(f"{blocks} blocks of {threads} threads and {shared_bytes} bytes of shared memory "
+                         f"cannot all be resident at once (at most {limit}): a grid barrier would hang")
+    kernel[blocks, threads, stream, shared_bytes](*args)
