@@ -109,3 +109,57 @@ def test_the_counter_barrier_orders_blocks_like_grid_sync():
         expected.append(value)
     np.testing.assert_array_equal(d_out.copy_to_host(), np.array(expected))
     assert counter.copy_to_host()[0] == 2 * rounds * 3  # every block arrived at every barrier
+
+
+@cuda.jit
+def rotate_once_kernel(x, out, rounds):
+    """rotate_kernel without its second grid.sync(): a block may overwrite x[i] for the next round
+    while a block behind it still reads x[i] for this one."""
+    grid = cuda.cg.this_grid()
+    i = cuda.grid(1)
+    for r in range(rounds):
+        if i < x.size:
+            out[r, i] = x[(i + 1) % x.size] + r
+        grid.sync()
+        if i < x.size:
+            x[i] = out[r, i]
+
+
+@pytest.mark.skipif(workbook.ON_GPU, reason="the simulator's sanitizer")
+def test_the_sanitizer_orders_blocks_by_grid_sync():
+    from workbook.simulator import RaceError, sanitizing
+
+    def run(kernel):
+        kernel[3, 4](cuda.to_device(np.arange(10, dtype=np.float32)), cuda.to_device(np.zeros((3, 10), np.float32)), 3)
+
+    with sanitizing():
+        run(rotate_kernel)  # two grid.sync() a round: every access ordered
+        with pytest.raises(RaceError, match=r"x\[\d\].*of block \(\d, 0, 0\).*grid\.sync\(\) between them"):
+            run(rotate_once_kernel)
+
+
+@cuda.jit
+def sync_in_branch(x):
+    grid = cuda.cg.this_grid()
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = 1
+        grid.sync()
+
+
+@cuda.jit
+def sync_after_return(x):
+    grid = cuda.cg.this_grid()
+    i = cuda.grid(1)
+    if i >= x.size:
+        return
+    grid.sync()
+
+
+def test_a_grid_sync_some_thread_skips_is_found_before_any_launch():
+    """What an exercise's wrapper asks before launching an answer on a GPU, where it would hang."""
+    from workbook.barrier import unsafe_grid_sync
+
+    assert "inside an if" in unsafe_grid_sync(sync_in_branch)
+    assert "after the return at line" in unsafe_grid_sync(sync_after_return)
+    assert unsafe_grid_sync(rotate_kernel) is None and unsafe_grid_sync(counter_rotate_kernel) is None

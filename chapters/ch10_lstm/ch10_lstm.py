@@ -298,7 +298,7 @@ chapter.lesson("""
 # %% [markdown]
 # ## Exercises you can check
 #
-# `exercises.py` beside this notebook holds two exercises, each a stub with its spec. Each cell
+# `exercises.py` beside this notebook holds three exercises, each a stub with its spec. Each cell
 # below shows one and runs its check: *not attempted*, *wrong* (with what is wrong) or *correct*.
 # Edit `exercises.py` between `# >>> ch10.N` and `# <<< ch10.N`, save, and re-run the cell.
 # `python -m pytest --exercises -k ch10` checks them all at once.
@@ -310,6 +310,15 @@ exercises.show("ch10.1")
 
 # %%
 exercises.show("ch10.2")
+
+# %% [markdown]
+# ch10.3 is the persistent kernel's skeleton, one value a thread: find where its grid barrier
+# leaves a write and a read of the same step unordered. The simulator's sanitizer names both
+# threads; on a GPU, a `grid.sync()` that some thread skips would hang the launch, so the wrapper
+# reads the kernel's source first and refuses to launch such an answer there.
+
+# %%
+exercises.show("ch10.3")
 
 # %% [markdown]
 # ## More to try

@@ -1,5 +1,6 @@
 """Checks of chapter 10's exercises against float64 NumPy, at awkward sizes (one unit, rows and
-units around a warp, more work than the grid), on poisoned outputs. See workbook/exercises.py."""
+units around a warp, more work than the grid, a grid of one thread and of four blocks), on poisoned
+outputs. See workbook/exercises.py."""
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from chapters.ch10_lstm.reference import sigmoid
 
 CELLS = [(1, 1), (3, 31), (2, 33), (5, 100)]  # (B, H)
 PROJECTIONS = [(1, 1, 1, 1), (3, 2, 5, 4), (4, 3, 33, 8)]  # (T, B, I, H)
+RECURRENCES = [(1, 1), (3, 31), (4, 33), (3, 100)]  # (T, N): one thread; one block; past a block; 4 blocks
 
 
 def check_cell(m):
@@ -45,9 +47,24 @@ def check_projection(m):
                               name=f"the projection, T={T} B={B} I={I} H={H}")
 
 
+def check_recurrence(m):
+    for T, N in RECURRENCES:
+        rng = np.random.default_rng(T * 1000 + N)
+        w = (rng.standard_normal((N, N)) / np.sqrt(N)).astype(np.float32)
+        x = rng.standard_normal((T, N), dtype=np.float32)
+        h0 = rng.standard_normal(N, dtype=np.float32)
+        expected = h0.astype(np.float64)
+        for t in range(T):
+            expected = np.tanh(x[t] + w.astype(np.float64) @ expected)
+        h = cuda.to_device(h0)
+        m.recurrence(cuda.to_device(w), cuda.to_device(x), h)
+        workbook.assert_close(h, expected.astype(np.float32), rtol=1e-4, atol=1e-5, name=f"h after T={T} steps, N={N}")
+
+
 EXERCISES = [
     Exercise("ch10.1", "the LSTM cell, fused", "write", "lstm_cell_kernel", check_cell,
              grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch10.2", "the hoisted input projection's shapes", "complete", "input_projection", check_projection,
              grids=()),
+    Exercise("ch10.3", "a grid barrier placed wrong", "fix", "recurrence_kernel", check_recurrence, grids=()),
 ]

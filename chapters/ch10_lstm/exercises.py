@@ -1,4 +1,4 @@
-"""Chapter 10 — exercises: the LSTM's fused cell and its hoisted input projection.
+"""Chapter 10 — exercises: the LSTM's fused cell, its hoisted input projection, a grid barrier.
 
 Each exercise is the code between `# >>> ch10.N` and `# <<< ch10.N`; edit only there. Check your
 work with `python -m pytest --exercises -k ch10` (or run the exercise cells of the chapter's
@@ -11,14 +11,16 @@ import numpy as np
 from numba import cuda, float32
 
 from chapters.ch04_implicit_gemm.kernels import gemm
+from workbook import ON_GPU
+from workbook.barrier import unsafe_grid_sync
 from workbook.inputs import require
 
 THREADS = 128
 ONE = float32(1.0)
 
 
-def _blocks(n):
-    return max(1, math.ceil(n / THREADS))
+def _blocks(n, threads=THREADS):
+    return max(1, math.ceil(n / threads))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,3 +71,45 @@ def input_projection(x, w_ih_t, out):
     gemm(x, w_ih_t, out)  # wrong shapes: a is 3-D
     return out
     # <<< ch10.2
+
+
+# ---------------------------------------------------------------------------------------------
+# ch10.3 (fix a planted bug) — a recurrence over the whole grid, the persistent kernel's skeleton:
+#   h_t[i] = tanh(x[t, i] + sum_k w[i, k] * h_{t-1}[k])     for t = 0 .. T-1
+# h (N,) holds h_{-1} on entry and is updated in place; w (N, N), x (T, N). One cooperative launch,
+# thread i of the grid owns h[i], and the blocks meet at grid.sync() between steps. As written, one
+# thread can overwrite its h[i] with h_t while another, in its block or in another, still reads
+# h_{t-1}[i] for its own sum: a race. Place the grid barriers so that no write meets a read of the
+# same step. Every thread of every block must reach every grid.sync(): one that some thread skips
+# (inside `if i < n:`, or after a `return`) hangs a GPU; the wrapper refuses to launch it there.
+
+GRID_THREADS = 32  # small blocks, so that a check's sizes span several of them
+
+
+@cuda.jit
+def recurrence_kernel(w, x, h):
+    grid = cuda.cg.this_grid()
+    i = cuda.grid(1)
+    n = h.size
+    # >>> ch10.3 (stub a4dd9789)
+    for t in range(x.shape[0]):
+        if i < n:
+            total = x[t, i]
+            for k in range(n):
+                total += w[i, k] * h[k]
+            h[i] = math.tanh(total)
+        grid.sync()  # every h_t[i] written before the next step reads them
+    # <<< ch10.3
+
+
+def recurrence(w, x, h):
+    h = require(h, "h", dtype=np.float32, ndim=1)
+    n = h.shape[0]
+    w = require(w, "w", dtype=np.float32, shape=(n, n))
+    x = require(x, "x", dtype=np.float32, ndim=2)
+    if x.shape[1] != n:
+        raise ValueError(f"x has {x.shape[1]} values a step, h has {n}")
+    if ON_GPU and (hazard := unsafe_grid_sync(recurrence_kernel)):
+        raise ValueError(f"recurrence_kernel not launched: {hazard}; on a GPU the launch would hang")
+    recurrence_kernel[_blocks(n, GRID_THREADS), GRID_THREADS](w, x, h)
+    return h

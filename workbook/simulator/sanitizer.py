@@ -8,22 +8,24 @@ first access a GPU does not order, with an error naming the kernel, both threads
 lines, the array and the index:
 
 - **a race**: one thread writes a word that another thread reads or writes, with nothing between
-  them that orders the two: no syncthreads() in their block, no syncwarp() in their warp, and never
-  anything between two blocks of one launch. Shared memory, and global memory within a block and
-  across blocks. Two writes of the same value are not reported (a flag every block sets to 1);
+  them that orders the two: no syncthreads() in their block, no syncwarp() in their warp, and
+  between two blocks of one launch no grid.sync() (a cooperative launch's). Shared memory, and
+  global memory within a block and across blocks. Two writes of the same value are not reported (a flag every block sets to 1);
   atomics are not accesses here.
 - **an uninitialized read**: a shared-memory word read before any thread of the block wrote it
   (on a GPU: whatever the previous block left there; the simulator's shared arrays keep the last
   block's values, so without this check such a kernel can look right).
 
-How "ordered" is decided: each block counts its completed syncthreads() and each warp its
-completed syncwarp() calls (scheduler.py). An access remembers both counts; two accesses of one
-block with different barrier counts have a syncthreads() between them, two of one warp with
-different syncwarp counts a syncwarp(). A syncwarp with a partial mask counts for the whole warp
+How "ordered" is decided: each block counts its completed syncthreads() and grid.sync() calls and
+each warp its completed syncwarp() calls (scheduler.py). An access remembers the counts; two
+accesses of one block with different barrier counts have a syncthreads() between them, two of one
+warp with different syncwarp counts a syncwarp(), two of different blocks with different grid.sync
+counts a grid.sync() (every block passes the same ones, in the same order). A syncwarp with a partial mask counts for the whole warp
 here, a simplification that can hide a race between lanes it left out.
 """
 
 import sys
+import threading
 
 from .watch import array_name, named
 
@@ -47,12 +49,14 @@ def sanitizing(budget=None):
 class _Stamp:
     """Who touched a word, and when in the block's and the warp's synchronisation."""
 
-    __slots__ = ("serial", "thread", "barriers", "warp", "syncs", "where", "block_idx", "thread_idx", "value")
+    __slots__ = ("serial", "thread", "barriers", "grid_syncs", "warp", "syncs", "where", "block_idx", "thread_idx",
+                 "value")
 
     def __init__(self, access):
         me = access.thread
         self.serial, self.thread = me.block.serial, me.thread_id
         self.barriers, self.warp, self.syncs = me.block.barriers, me.warp.index, me.warp.syncs
+        self.grid_syncs = me.block.grid_syncs
         self.where = access  # its .where (file:line) is worked out only for a report
         self.block_idx, self.thread_idx = me.indices
         self.value = access.value
@@ -63,7 +67,7 @@ class _Stamp:
     def unordered(self, other):
         """True if nothing orders the two accesses (see the module docstring)."""
         if self.serial != other.serial:
-            return True  # two blocks of one launch: nothing orders them
+            return self.grid_syncs == other.grid_syncs  # two blocks of one launch: only a grid.sync() orders them
         if self.barriers != other.barriers:
             return False
         return self.warp != other.warp or self.syncs == other.syncs
@@ -91,6 +95,7 @@ class Sanitizer:
 
     def __init__(self, budget=BUDGET):
         self.budget = budget
+        self.lock = threading.Lock()
         self.checked = {}  # kernel name -> accesses checked so far
         self.kernel = None  # the name of the kernel launched now
         self.stepped_aside = False
@@ -134,7 +139,12 @@ class Sanitizer:
         stamp = _Stamp(a)
         granules = range(a.offset, a.offset + a.size, 4) if a.size > 4 else (a.offset,)
         root = id(a.root)
-        # No lock: a simulated thread gives way only where it waits (scheduler.py), never in here.
+        # A simulated thread gives way only where it waits (scheduler.py), never in here; but the blocks
+        # of a cooperative launch run on OS threads of their own, which may: one word's check at a time.
+        with self.lock:
+            self._check(a, shared, serial, stamp, granules, root)
+
+    def _check(self, a, shared, serial, stamp, granules, root):
         if root not in self.roots:
             self.roots[root] = a.root
         for offset in granules:
@@ -161,7 +171,7 @@ class Sanitizer:
         w = word.write
         if w is not None and not w.same_thread(stamp) and w.unordered(stamp):
             raise _race(a, w.who("wrote"), stamp.who("reads"), w, stamp)
-        reads = [r for r in word.reads if not (r.serial == stamp.serial and
+        reads = [r for r in word.reads if not (r.grid_syncs != stamp.grid_syncs or r.serial == stamp.serial and
                                                 (r.barriers != stamp.barriers or r.thread == stamp.thread))]
         if len(reads) < self.MAX_READERS:
             reads.append(stamp)
@@ -186,8 +196,13 @@ def _same_value(a, b):
 
 
 def _race(a, first, second, earlier, now):
-    between = ("two blocks of one launch are never ordered" if earlier.serial != now.serial
-               else "with no syncthreads() between them" if earlier.warp != now.warp
+    from . import uses_grid_sync
+
+    grid = " or grid.sync()" if uses_grid_sync(a.thread.block.kernel) else ""
+    between = (("two blocks of one launch, with no grid.sync() between them" if grid else
+                "two blocks of one launch are never ordered") if earlier.serial != now.serial
+               else f"with no syncthreads(){grid} between them" if earlier.warp != now.warp
+               else f"with no syncwarp(), syncthreads() or grid.sync() between them" if grid
                else "with no syncwarp() or syncthreads() between them")
     return named(RaceError(f"race on {_name(a)} in kernel '{a.thread.block.kernel.__name__}': {first}, and "
                            f"{second}, {between}"))

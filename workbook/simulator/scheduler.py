@@ -238,6 +238,7 @@ class BlockScheduler:
         self.block_idx = tuple(grid_point)
         self.serial = next(_block_serials)  # names this block's accesses in a trace or the sanitizer
         self.barriers = 0  # syncthreads completed so far: what orders the block's memory accesses
+        self.grid_syncs = 0  # grid.sync() completed so far: what orders them with other blocks' accesses
         self.warps = [_Warp(w, min(WARP_SIZE, n_threads - w * WARP_SIZE)) for w in range(-(-n_threads // WARP_SIZE))]
         self.live = n_threads
         self.running = n_threads
@@ -469,6 +470,7 @@ class BlockScheduler:
             return None
         if self.barrier_op == "grid.sync" and self.grid is not None:
             self.grid.wait(self)  # this block's threads are all here: hold them until every block is
+            self.grid_syncs += 1
         arrivals, self.at_barrier = self.at_barrier, []
         self.barriers += 1
         self.exited_since_barrier = []
@@ -483,12 +485,13 @@ class BlockScheduler:
         """Strict mode (synccheck): threads exited while the rest of their block went on to a syncthreads()."""
         gone = sorted(self.exited_since_barrier, key=lambda t: t[::-1])
         shown = ", ".join(str(t) for t in gone[:4]) + (f" and {len(gone) - 4} more" if len(gone) > 4 else "")
+        op = "grid.sync()" if self.barrier_op == "grid.sync" else "syncthreads()"
         return StrictModeError(
             f"kernel '{getattr(self.kernel, '__name__', '?')}', block {self.block_idx}: {len(self.at_barrier)} "
-            f"thread(s) wait in syncthreads() at {self.barrier_line}, which thread(s) {shown} never reached: they "
-            "exited first. Every thread of a block must reach each syncthreads() (not one inside a branch some "
+            f"thread(s) wait in {op} at {self.barrier_line}, which thread(s) {shown} never reached: they "
+            f"exited first. Every thread of a block must reach each {op} (not one inside a branch some "
             "threads skip, nor after a `return` some threads take): on a GPU this is undefined and may hang. "
-            "Keep out-of-range threads in the kernel, doing no work, until the last syncthreads().")
+            f"Keep out-of-range threads in the kernel, doing no work, until the last {op}.")
 
     def _fail(self, error, traceback):
         if self.failure is None:
