@@ -12,10 +12,12 @@ from chapters.ch10_lstm import reference as ref
 from chapters.ch10_lstm.fused import FusedLSTM
 from chapters.ch10_lstm.naive import NaiveLSTM
 from chapters.ch10_lstm.persistent import CHUNK, PersistentLSTM
+from chapters.ch10_lstm.streams import StreamsLSTM
 from chapters.ch10_lstm.wavefront import LayerwiseLSTM, WavefrontLSTM, chunk_rows
 
 VARIANTS = {"naive": NaiveLSTM, "fused": FusedLSTM, "persistent": lambda w: PersistentLSTM(w, blocks=3),
-            "wavefront": lambda w: WavefrontLSTM(w, blocks=4), "layerwise": lambda w: LayerwiseLSTM(w, blocks=4)}
+            "wavefront": lambda w: WavefrontLSTM(w, blocks=4), "layerwise": lambda w: LayerwiseLSTM(w, blocks=4),
+            "streams": StreamsLSTM}
 
 
 def _run(net, x, h0=None, c0=None):
@@ -61,7 +63,25 @@ def test_wavefront_takes_the_batch_in_chunks_and_leaves_its_barrier_at_zero():
         assert not net.counter.copy_to_host().any()
 
 
-@pytest.mark.parametrize("variant", ["fused", "persistent", "wavefront", "layerwise"])
+def test_the_streams_lstm_replays_as_one_graph():
+    """Captured once (on a GPU; the simulator runs the step itself), replayed on new inputs in the
+    same buffers: the outputs follow the new inputs."""
+    weights = ref.init_lstm(3, 6, 3, seed=10)
+    net = StreamsLSTM(weights)
+    rng = np.random.default_rng(11)
+    x = cuda.to_device(rng.standard_normal((4, 2, 3)).astype(np.float32))
+    h0, c0 = (cuda.to_device((rng.standard_normal((3, 2, 6)) * 0.5).astype(np.float32)) for _ in range(2))
+    graph = net.graph(x, h0, c0)
+    for _ in range(2):
+        new_x = rng.standard_normal((4, 2, 3)).astype(np.float32)
+        x.copy_to_device(new_x)
+        graph()
+        cuda.synchronize()
+        got = tuple(a.copy_to_host() for a in net.outputs(x))
+        _check(got, ref.lstm_reference(new_x, weights, h0.copy_to_host(), c0.copy_to_host()), 6, 3)
+
+
+@pytest.mark.parametrize("variant", ["fused", "persistent", "wavefront", "layerwise", "streams"])
 def test_nan_in_one_batch_row_stays_in_that_row(variant):
     weights = ref.init_lstm(3, 5, 1, seed=4)
     x = np.random.default_rng(5).standard_normal((2, 3, 3)).astype(np.float32)

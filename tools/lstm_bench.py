@@ -1,7 +1,8 @@
 """The persistent LSTMs against cuDNN on a GPU, without the naive and fused ones (which take
 seconds): T = 512, I = H = 512, 4 layers; correctness at batch 1, then CUDA-event times.
 
-    python tools/lstm_bench.py [variant,variant...] [batch ...]      variants: persistent, wavefront, layerwise
+    python tools/lstm_bench.py [variant,variant...] [batch ...]
+        variants: persistent, wavefront, layerwise, streams, streams+graph (replayed as one CUDA graph)
 """
 
 import sys
@@ -15,6 +16,7 @@ from workbook import bench, cuda
 
 from chapters.ch10_lstm import reference as ref
 from chapters.ch10_lstm.persistent import PersistentLSTM
+from chapters.ch10_lstm.streams import StreamsLSTM
 from chapters.ch10_lstm.wavefront import LayerwiseLSTM, WavefrontLSTM
 
 torch.backends.cudnn.allow_tf32 = False
@@ -22,7 +24,8 @@ torch.backends.cuda.matmul.allow_tf32 = False
 T, H, L = 512, 512, 4
 weights = ref.init_lstm(H, H, L, seed=0)
 chosen = sys.argv[1].split(",") if len(sys.argv) > 1 else ["persistent", "wavefront"]
-nets = {name: {"persistent": PersistentLSTM, "wavefront": WavefrontLSTM, "layerwise": LayerwiseLSTM}[name](weights) for name in chosen}
+KINDS = {"persistent": PersistentLSTM, "wavefront": WavefrontLSTM, "layerwise": LayerwiseLSTM, "streams": StreamsLSTM}
+nets = {name: KINDS[name.removesuffix("+graph")](weights) for name in chosen}
 lstm = torch.nn.LSTM(H, H, L).cuda()
 with torch.no_grad():
     for layer, w in enumerate(weights):
@@ -34,7 +37,8 @@ for batch in [int(b) for b in sys.argv[2:]] or [1, 8, 64]:
     x = rng.standard_normal((T, batch, H)).astype(np.float32)
     d_x = cuda.to_device(x)
     y_ref = ref.lstm_reference(x, weights)[0] if batch == 1 else None
-    calls = {name: (lambda net=net: net(d_x)) for name, net in nets.items()}
+    calls = {name: net.graph(d_x) if name.endswith("+graph") else (lambda net=net: net(d_x))
+             for name, net in nets.items()}
     t_x = bench.torch_view(d_x)
 
     def cudnn():
@@ -42,7 +46,11 @@ for batch in [int(b) for b in sys.argv[2:]] or [1, 8, 64]:
             return lstm(t_x)
     calls["cudnn"] = cudnn
     for name, net in nets.items():
-        y = net(d_x)[0].copy_to_host()
+        if name.endswith("+graph"):
+            calls[name]()
+            y = net.outputs(d_x)[0].copy_to_host()
+        else:
+            y = net(d_x)[0].copy_to_host()
         if y_ref is not None:
             workbook.assert_close(y, y_ref.astype(np.float32), rtol=rtol, atol=atol, name=f"{name} batch {batch}")
     started = time.perf_counter()
