@@ -46,3 +46,9 @@ def test_the_plot_has_a_row_per_stream_and_for_the_host():
     figure = timeline.plot(timeline.events_of_trace(TRACE), "a step")
     labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
     assert labels == ["ranges (host)", "launches (host)", "GPU stream 7"]
+
+
+def test_recordings_are_drawn_one_above_the_other():
+    events = timeline.events_of_trace(TRACE)
+    drawn = timeline.figure({"one by one": events, "one CUDA graph": events[:1]}, "a step")
+    assert [axis.get_title() for axis in drawn.axes] == ["a step: one by one", "a step: one CUDA graph"]

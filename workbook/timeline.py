@@ -154,3 +154,15 @@ def plot(events, title="", axis=None):
     axis.invert_yaxis()
     axis.grid(axis="x", alpha=0.3)
     return figure
+
+
+def figure(recorded, title):
+    """{name: events} -> one timeline per recording, one above the other, each on its own time axis
+    (a step launched call by call above the same step as one CUDA graph, say)."""
+    import matplotlib.pyplot as plt
+
+    drawn, axes = plt.subplots(len(recorded), 1, figsize=(11, 2.75 * len(recorded)), squeeze=False)
+    for axis, (name, events) in zip(axes[:, 0], recorded.items()):
+        plot(events, f"{title}: {name}", axis=axis)
+    drawn.tight_layout()
+    return drawn

@@ -45,7 +45,7 @@
 import numpy as np
 
 import workbook
-from workbook import bench, cuda
+from workbook import bench, cuda, timeline
 
 from chapters.ch02_dropout import kernels as drop
 from chapters.ch04_implicit_gemm import kernels as conv
@@ -335,6 +335,26 @@ else:
 parts = chapter.compare("training step, by part", {"forward (gather not included)": net.forward,
                                                     "backward": net.backward, "optimizer + counter": net.update},
                         size=f"batch {BATCH}, width {WIDTH}, 8x8", repeats=30)
+
+# %% [markdown]
+# ## A step on a timeline
+#
+# `net.step` opens a named range around each of its phases (`workbook.timeline.span`: gather,
+# forward, backward, update; NVTX ranges too where the `nvtx` package is installed). Below, one
+# step launched call by call and one replay of its graph, each recorded as chapter 10 records its
+# LSTM (torch's profiler, CUPTI underneath): a row for the ranges, one for the host's launch calls,
+# one per GPU stream. What to compare: how long the step lasts from its first event to its last
+# against how long the GPU row is busy; where the GPU row has gaps, it waits for the host. Without
+# a GPU the recording holds only the ranges, on the host's clock, and the plot stored from the GPU
+# follows it.
+
+# %%
+step_timelines = {"one by one": timeline.record(net.step), "one CUDA graph": timeline.record(graph)}
+for name, events in step_timelines.items():
+    rows, end = timeline.summary(events)
+    print(f"{name}: {end:.0f} us from first to last event; " + ", ".join(
+        f"{row} busy {busy:.0f} us ({count} events)" for row, (busy, count) in rows.items()))
+chapter.savefig(timeline.figure(step_timelines, f"training step, batch {BATCH}, width {WIDTH}"), "timeline")
 
 # %% [markdown]
 # ## Mixed precision: float16 on tensor cores, float32 masters, a loss scale

@@ -19,6 +19,7 @@ from numba import cuda
 
 from workbook import ON_GPU
 from workbook.launch import StepGraph
+from workbook.timeline import span
 
 from chapters.ch01_relu_mask import batchnorm as bn
 from chapters.ch02_dropout import kernels as drop
@@ -284,11 +285,15 @@ class Network:
         (on the GPU: the split-K zeroing launches depend on its size), no synchronisation."""
         if self.data is None:
             raise RuntimeError("no training set on the GPU: call attach(images, labels) first")
-        layers.gather_batch(*self.data, self.counter, self.steps_per_epoch, self.x.reshape(self.batch, IMAGE * IMAGE),
-                            self.targets, stream=stream)
-        self.forward(stream)
-        self.backward(stream)
-        self.update(stream)
+        with span("gather"):
+            layers.gather_batch(*self.data, self.counter, self.steps_per_epoch,
+                                self.x.reshape(self.batch, IMAGE * IMAGE), self.targets, stream=stream)
+        with span("forward"):  # named ranges: NVTX where installed, and workbook.timeline's recordings
+            self.forward(stream)
+        with span("backward"):
+            self.backward(stream)
+        with span("update"):
+            self.update(stream)
 
     def graph(self):
         """The step captured into a CUDA graph (chapter 07): one launch per step. In the simulator,

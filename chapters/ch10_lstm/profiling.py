@@ -17,10 +17,4 @@ def timelines(net, x, h0, c0):
 
 def figure(recorded, size):
     """The two timelines, one above the other, each on its own time axis."""
-    import matplotlib.pyplot as plt
-
-    drawn, axes = plt.subplots(2, 1, figsize=(11, 5.5))
-    for axis, (name, events) in zip(axes, recorded.items()):
-        timeline.plot(events, f"fused LSTM forward, {size}: {name}", axis=axis)
-    drawn.tight_layout()
-    return drawn
+    return timeline.figure(recorded, f"fused LSTM forward, {size}")
