@@ -13,7 +13,8 @@ from chapters.ch10_lstm.fused import FusedLSTM
 from chapters.ch10_lstm.naive import NaiveLSTM
 from chapters.ch10_lstm.persistent import CHUNK, PersistentLSTM
 from chapters.ch10_lstm.streams import StreamsLSTM
-from chapters.ch10_lstm.wavefront import LayerwiseLSTM, WavefrontLSTM, chunk_rows
+from chapters.ch10_lstm.layerwise import LayerwiseLSTM
+from chapters.ch10_lstm.wavefront import WavefrontLSTM, chunk_rows
 
 VARIANTS = {"naive": NaiveLSTM, "fused": FusedLSTM, "persistent": lambda w: PersistentLSTM(w, blocks=3),
             "wavefront": lambda w: WavefrontLSTM(w, blocks=4), "layerwise": lambda w: LayerwiseLSTM(w, blocks=4),

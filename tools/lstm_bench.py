@@ -17,7 +17,8 @@ from workbook import bench, cuda
 from chapters.ch10_lstm import reference as ref
 from chapters.ch10_lstm.persistent import PersistentLSTM
 from chapters.ch10_lstm.streams import StreamsLSTM
-from chapters.ch10_lstm.wavefront import LayerwiseLSTM, WavefrontLSTM
+from chapters.ch10_lstm.layerwise import LayerwiseLSTM
+from chapters.ch10_lstm.wavefront import WavefrontLSTM
 
 torch.backends.cudnn.allow_tf32 = False
 torch.backends.cuda.matmul.allow_tf32 = False

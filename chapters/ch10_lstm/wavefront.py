@@ -20,8 +20,7 @@ After the warp's sums are reduced across its lanes, the lanes that hold a unit's
 the same warp, and one lane per (unit, batch row) computes the cell from them: no trip through
 shared memory, no barrier between the sums and the cell.
 
-LayerwiseLSTM runs the same kernel one layer at a time, each layer's input term a hoisted GEMM: W_hh
-alone on chip, room for more batch rows (measured on no GPU so far: EXPERIMENTS.md)."""
+layerwise.py runs the same kernel one layer at a time (make_wavefront_kernel with L = 1)."""
 
 import math
 from functools import lru_cache
@@ -295,37 +294,6 @@ class WavefrontLSTM(FusedLSTM):
                x_terms.reshape(-1), self.w_ih_all.reshape(-1), self.w_hh_all.reshape(-1), self.bias_all.reshape(-1),
                h_n.reshape(-1), c_n.reshape(-1), y.reshape(-1), np.int64(T), np.int64(B), self.counter)
         return y[L - 1]
-
-
-class LayerwiseLSTM(FusedLSTM):
-    """The same kernel one layer at a time (not yet in the chapter: see EXPERIMENTS.md): each layer's
-    input term is step 2's hoisted GEMM, so a block keeps only W_hh on chip and has the room for
-    more batch rows at a time; T barriers a layer instead of T + L - 1 for the whole forward."""
-
-    def __init__(self, weights, blocks=None):
-        super().__init__(weights)
-        H = self.hidden
-        self.w_hh_flat = [cuda.to_device(w["w_hh"].reshape(-1)) for w in weights]
-        self.counter = cuda.to_device(np.zeros(2, np.uint64))
-        resident = sm_count() if blocks is None else blocks
-        self.units = -(-H // resident)
-        self.blocks = -(-H // self.units)
-        rows_per_warp, self.threads = block_shape(H, self.units)
-        if rows_per_warp > 32 or 4 * shared_words(H, self.units, 1, inputs=False) > SHARED_LIMIT:
-            raise ValueError(f"hidden size {H} over {self.blocks} blocks gives each block {self.units} units: "
-                             f"{rows_per_warp} weight rows a warp (at most 32) or more than {SHARED_LIMIT} bytes of "
-                             "shared memory: use more blocks")
-
-    def _layer(self, layer, x, h, c, y, stream):
-        T, B, _ = x.shape
-        H = self.hidden
-        chunk = chunk_rows(H, self.units, B, inputs=False)
-        x_terms = self.input_terms(layer, x, stream)
-        w_hh = self.w_hh_flat[layer]
-        launch(make_wavefront_kernel(H, self.units, 1, chunk), self.blocks, self.threads,
-               4 * shared_words(H, self.units, chunk, inputs=False), stream,
-               x_terms.reshape(-1), w_hh, w_hh, self.bias[layer], h.reshape(-1), c.reshape(-1), y.reshape(-1),
-               np.int64(T), np.int64(B), self.counter)  # w_hh in W_ih's place: one layer reads no W_ih
 
 
 def launch(kernel, blocks, threads, shared_bytes, stream, *args):
