@@ -49,11 +49,24 @@ def stream_handle(stream):
 
 
 SHARED_WITHOUT_OPT_IN = 48 * 1024  # dynamic shared memory a kernel may have without asking
+REFERENCE_SHARED_LIMIT = 227 * 1024  # what a block may ask for on an H100: the simulator's answer
+_shared_limit = None
+
+
+def shared_memory_limit():
+    """Bytes of dynamic shared memory a block may have on this GPU when it asks (227 KB on an H100,
+    64 KB on a T4); in the simulator, the H100's, so that kernels are sized as they will be there."""
+    global _shared_limit
+    if not ON_GPU:
+        return REFERENCE_SHARED_LIMIT
+    if _shared_limit is None:
+        _shared_limit = cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    return _shared_limit
 
 
 def allow_shared_memory(compiled, shared_bytes):
     """Let a compiled kernel (`kernel.compile(argtypes)`) have `shared_bytes` of dynamic shared
-    memory: past 48 KB a kernel must ask the driver (up to 227 KB a block on an H100). Nothing to
+    memory: past 48 KB a kernel must ask the driver (up to shared_memory_limit()). Nothing to
     ask in the simulator or below 48 KB. Returns `compiled`."""
     if not ON_GPU or shared_bytes <= SHARED_WITHOUT_OPT_IN:
         return compiled

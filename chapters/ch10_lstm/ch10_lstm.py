@@ -140,17 +140,22 @@ workbook.show(wavefront.make_wavefront_kernel)
 # %%
 net_naive, net_fused = naive.NaiveLSTM(weights), fused.FusedLSTM(weights)
 net_persistent = persistent.PersistentLSTM(weights)
-net_wavefront = wavefront.WavefrontLSTM(weights, blocks=workbook.size(gpu=None, sim=4))  # a block an SM; 4 simulated
 print(f"persistent: {net_persistent.blocks} blocks of {persistent.THREADS} threads, {net_persistent.units} "
       f"hidden units each, {net_persistent.shared_bytes} bytes of shared memory a block")
-print(f"wavefront: {net_wavefront.blocks} blocks of {net_wavefront.threads} threads ({LAYERS} layers side by side), "
-      f"{net_wavefront.units} hidden units each, {net_wavefront.shared_bytes} bytes of shared memory a block and more "
-      "for each batch chunk")
 w_hh_bytes = 4 * 4 * HIDDEN * HIDDEN
-chapter.record("recurrent weight bytes read per layer", {"layers": LAYERS,
-    "fused: W_hh every step": STEPS * w_hh_bytes, "persistent: W_hh once": w_hh_bytes,
-    "steps": STEPS, "W_hh bytes": w_hh_bytes,
-    "wavefront: batch rows a block takes at once, batch 64": wavefront.chunk_rows(HIDDEN, net_wavefront.units, 64)})
+traffic = {"layers": LAYERS, "fused: W_hh every step": STEPS * w_hh_bytes, "persistent: W_hh once": w_hh_bytes,
+           "steps": STEPS, "W_hh bytes": w_hh_bytes}
+try:
+    net_wavefront = wavefront.WavefrontLSTM(weights, blocks=workbook.size(gpu=None, sim=4))  # a block an SM; 4 simulated
+    print(f"wavefront: {net_wavefront.blocks} blocks of {net_wavefront.threads} threads ({LAYERS} layers side by "
+          f"side), {net_wavefront.units} hidden units each, {net_wavefront.shared_bytes} bytes of shared memory a "
+          "block and more for each batch chunk")
+    traffic["wavefront: batch rows a block takes at once, batch 64"] = wavefront.chunk_rows(
+        HIDDEN, net_wavefront.units, 64)
+except ValueError as why:  # a GPU with less shared memory than an H100 (a T4's 64 KB) cannot hold the weights
+    net_wavefront = None
+    print(f"wavefront: not on this GPU: {why}")
+chapter.record("recurrent weight bytes read per layer", traffic)
 
 
 def torch_lstm(batch):
@@ -181,7 +186,8 @@ for batch in BATCHES:
         variants["naive: 2 GEMMs a gate a step"] = lambda: net_naive(d_x, d_h0, d_c0)
     variants["fused: hoisted input GEMM, fused cell"] = lambda: net_fused(d_x, d_h0, d_c0)
     variants["persistent: W_hh in shared memory"] = lambda: net_persistent(d_x, d_h0, d_c0)
-    variants["wavefront: every layer in one kernel"] = lambda: net_wavefront(d_x, d_h0, d_c0)
+    if net_wavefront is not None:
+        variants["wavefront: every layer in one kernel"] = lambda: net_wavefront(d_x, d_h0, d_c0)
     baselines = {}
     if torch is not None:
         lstm = torch_lstm(batch)
@@ -255,18 +261,34 @@ _persistent, _fused, _naive = ("persistent: W_hh in shared memory", "fused: hois
 _wavefront = "wavefront: every layer in one kernel"
 _cudnn = "torch.nn.LSTM (cuDNN)"
 _traffic = chapter.figure("recurrent weight bytes read per layer")
-_wave_chunk = _traffic["wavefront: batch rows a block takes at once, batch 64"]
 
 
 def _ms(batch, variant):
     return chapter.figure(f"LSTM forward, batch {batch}", variant)
 
 
+def _wavefront_text():
+    """The wavefront's bullet, from the figures; a line instead where it did not run (a GPU without
+    an H100's shared memory)."""
+    try:
+        chunk = _traffic["wavefront: batch rows a block takes at once, batch 64"]
+        w = {batch: _ms(batch, _wavefront) for batch in (1, 8, 64)}
+    except (KeyError, LookupError):
+        return "- **The wavefront kernel** did not run here: this GPU cannot hold its weights on chip (above)."
+    return f"""- **The wavefront kernel** is the same structure made fast (EXPERIMENTS.md has the steps between
+  the two): {w[1]:.2f} ms at batch 1, {_ms(1, _cudnn) / w[1]:.1f}x cuDNN's speed, and {w[8]:.2f} ms at batch 8
+  ({_ms(8, _cudnn) / w[8]:.1f}x). One launch for the forward, {_traffic["steps"] + _traffic["layers"] - 1} grid
+  barriers where the persistent kernel has {_traffic["steps"] * _traffic["layers"]}, both weight matrices read
+  from memory once. At batch 64 it takes {w[64]:.0f} ms, {_ms(64, _cudnn) / w[64]:.2f} of cuDNN's speed: a block
+  takes {chunk} batch rows at a time (what its shared memory holds beside the weights), so a step is
+  {-(-64 // chunk)} passes over the weights, where cuDNN's GEMMs have enough rows to fill the GPU."""
+
+
 chapter.lesson("""
 - **Launches, not arithmetic, set the naive LSTM's time**: {naive:.0f} ms for a forward at batch 64
   against {fused:.0f} ms fused ({fused_speedup:.1f}x) for the same arithmetic. The naive LSTM issues
   14 launches a step a layer, the fused one 2 (and one big GEMM a layer), and the GPU waits for
-  each: the fused forward costs its host {fused_host:.0f} ms, about all of its GPU time.
+  each: the fused forward costs its host {fused_host:.0f} ms, against {fused:.0f} ms of GPU time.
 - **The persistent kernel** issues one launch a layer and reads W_hh from memory once per sequence
   ({once:.1f} MB a layer, against {every:.0f} MB over {steps} steps when every step reads it). At
   batch 1 a step of a layer takes it {step1:.1f} us: the whole forward {p1:.1f} ms against cuDNN's
@@ -274,13 +296,7 @@ chapter.lesson("""
   against {c8:.1f} and {c64:.1f}): a block multiplies {chunk} batch rows at a time, a warp per weight
   row, three block barriers a chunk, so at batch 64 most of its time is spent waiting, not
   multiplying. It is correct, and it is the structure, but it is slower than cuDNN.
-- **The wavefront kernel** is the same structure made fast (EXPERIMENTS.md has the steps between
-  the two): {w1:.2f} ms at batch 1, {ws1:.1f}x cuDNN's speed, and {w8:.2f} ms at batch 8
-  ({ws8:.1f}x). One launch for the forward, {barriers} grid barriers where the persistent kernel
-  has {persistent_barriers}, both weight matrices read from memory once. At batch 64 it takes
-  {w64:.0f} ms, {ws64:.2f} of cuDNN's speed: a block takes {chunk64} batch rows at a time (what
-  its shared memory holds beside the weights), so a step is {passes} passes over the weights, where
-  cuDNN's GEMMs have enough rows to fill the GPU.
+{wavefront}
 """,
     naive=_ms(64, _naive), fused=_ms(64, _fused), fused_speedup=_ms(64, _naive) / _ms(64, _fused),
     fused_host=chapter.figure("LSTM forward, batch 64", _fused, "host_us") / 1e3,
@@ -289,10 +305,7 @@ chapter.lesson("""
     step1=1e3 * _ms(1, _persistent) / (_traffic["steps"] * _traffic["layers"]),
     p1=_ms(1, _persistent), c1=_ms(1, _cudnn), s1=_ms(1, _cudnn) / _ms(1, _persistent),
     p8=_ms(8, _persistent), c8=_ms(8, _cudnn), p64=_ms(64, _persistent), c64=_ms(64, _cudnn),
-    w1=_ms(1, _wavefront), ws1=_ms(1, _cudnn) / _ms(1, _wavefront), w8=_ms(8, _wavefront),
-    ws8=_ms(8, _cudnn) / _ms(8, _wavefront), w64=_ms(64, _wavefront), ws64=_ms(64, _cudnn) / _ms(64, _wavefront),
-    barriers=_traffic["steps"] + _traffic["layers"] - 1, persistent_barriers=_traffic["steps"] * _traffic["layers"],
-    chunk64=_wave_chunk, passes=-(-64 // _wave_chunk),
+    wavefront=_wavefront_text(),
 )
 
 # %% [markdown]

@@ -9,9 +9,10 @@ import numpy as np
 
 from workbook import cuda
 from workbook.inputs import sm_count
+from workbook.launch import shared_memory_limit
 
 from .fused import FusedLSTM
-from .wavefront import SHARED_LIMIT, block_shape, chunk_rows, launch, make_wavefront_kernel, shared_words
+from .wavefront import block_shape, chunk_rows, launch, make_wavefront_kernel, shared_words
 
 
 class LayerwiseLSTM(FusedLSTM):
@@ -26,9 +27,10 @@ class LayerwiseLSTM(FusedLSTM):
         self.units = -(-H // resident)
         self.blocks = -(-H // self.units)
         rows_per_warp, self.threads = block_shape(H, self.units)
-        if rows_per_warp > 32 or 4 * shared_words(H, self.units, 1, inputs=False) > SHARED_LIMIT:
+        limit = shared_memory_limit()
+        if rows_per_warp > 32 or 4 * shared_words(H, self.units, 1, inputs=False) > limit:
             raise ValueError(f"hidden size {H} over {self.blocks} blocks gives each block {self.units} units: "
-                             f"{rows_per_warp} weight rows a warp (at most 32) or more than {SHARED_LIMIT} bytes of "
+                             f"{rows_per_warp} weight rows a warp (at most 32) or more than the {limit} bytes of "
                              "shared memory: use more blocks")
 
     def _layer(self, layer, x, h, c, y, stream):

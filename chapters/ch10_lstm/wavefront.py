@@ -32,14 +32,13 @@ from numba import cuda, float32
 from workbook import ON_GPU
 from workbook.barrier import counter_barrier
 from workbook.inputs import sm_count
-from workbook.launch import allow_shared_memory
+from workbook.launch import allow_shared_memory, shared_memory_limit
 
 from .fused import FusedLSTM
 from .layer import sigmoid
 from .persistent import cooperative_limit
 
 MAX_THREADS = 512 if ON_GPU else 128
-SHARED_LIMIT = 227 * 1024  # a block's dynamic shared memory on an H100, asked for
 ZERO = float32(0.0)
 W_IH_REGISTERS = 24  # W_ih values a thread keeps in registers; the rest of its share in shared memory
 SUMS = 16  # sums a lane accumulates at most (weight rows x batch rows): at 32 they go to local memory
@@ -74,7 +73,7 @@ def chunk_rows(hidden, units, batch, inputs=True):
     per_warp, _ = block_shape(hidden, units)
     chunk = 1
     while chunk < batch and per_warp * chunk * 2 <= SUMS and \
-            4 * shared_words(hidden, units, chunk * 2, inputs) <= SHARED_LIMIT:
+            4 * shared_words(hidden, units, chunk * 2, inputs) <= shared_memory_limit():
         chunk *= 2
     return chunk
 
@@ -277,10 +276,11 @@ class WavefrontLSTM(FusedLSTM):
         self.blocks = L * -(-H // self.units)
         rows_per_warp, self.threads = block_shape(H, self.units)
         self.shared_bytes = 4 * shared_words(H, self.units, 1)
-        if rows_per_warp > 32 or self.shared_bytes > SHARED_LIMIT:
+        limit = shared_memory_limit()
+        if rows_per_warp > 32 or self.shared_bytes > limit:
             raise ValueError(f"hidden size {H} over {self.blocks // L} blocks a layer gives each block {self.units} "
                              f"units: {4 * self.units} weight rows, {rows_per_warp} a warp (at most 32) and "
-                             f"{self.shared_bytes} bytes of shared memory (at most {SHARED_LIMIT}): use "
+                             f"{self.shared_bytes} bytes of shared memory (this GPU allows {limit}): use "
                              "PersistentLSTM, or more blocks")
 
     def _layers(self, x, h_n, c_n, stream):
