@@ -1,15 +1,18 @@
-"""Where the persistent LSTM's time goes on a GPU: the cost of numba's grid barrier alone, and one
-persistent layer per batch size (CUDA events, median of 15).
+"""Where the persistent LSTM's time goes on a GPU: the cost of a grid barrier alone (numba's
+grid.sync() and workbook.barrier's counter), and one persistent layer per batch size (CUDA events,
+median of 15).
 
     python tools/lstm_probe.py [steps]
 """
 
 import sys
 
+import numba
 import numpy as np
 from numba import cuda
 
 from workbook import bench
+from workbook.barrier import counter_barrier
 
 from chapters.ch10_lstm import persistent, reference as ref
 
@@ -25,10 +28,28 @@ def barriers_kernel(n, out):
         out[0] = n
 
 
+@cuda.jit
+def counter_barriers_kernel(n, out, counter):
+    cuda.cg.this_grid()  # launched cooperatively: every block resident
+    blocks = numba.uint64(cuda.gridDim.x)
+    for i in range(n):
+        counter_barrier(counter, numba.uint64(i + 1) * blocks)
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0 and cuda.atomic.add(counter, 1, 1) == blocks - numba.uint64(1):
+        counter[0] = 0  # the last block out: zero for the next launch
+        counter[1] = 0
+    if cuda.grid(1) == 0:
+        out[0] = n
+
+
 out = cuda.device_array(1, np.int32)
+counter = cuda.to_device(np.zeros(2, np.uint64))
 for blocks in (32, 64, 128):
-    t = bench.time_interleaved({"sync": lambda: barriers_kernel[blocks, 256](steps, out)}, repeats=15)["sync"]
-    print(f"grid.sync x{steps}, {blocks} blocks of 256: {np.median(t) * 1e3 / steps:.2f} us a barrier")
+    t = bench.time_interleaved({"sync": lambda: barriers_kernel[blocks, 256](steps, out),
+                                "counter": lambda: counter_barriers_kernel[blocks, 256](steps, out, counter)},
+                               repeats=15)
+    print(f"{steps} barriers, {blocks} blocks of 256: grid.sync {np.median(t['sync']) * 1e3 / steps:.2f} us a barrier, "
+          f"workbook.barrier's counter {np.median(t['counter']) * 1e3 / steps:.2f} us")
 
 H = 512
 weights = ref.init_lstm(H, H, 1, seed=0)
