@@ -12,7 +12,8 @@ from workbook.inputs import sm_count
 from workbook.launch import shared_memory_limit
 
 from .fused import FusedLSTM
-from .wavefront import block_shape, chunk_rows, launch, make_wavefront_kernel, shared_words
+from .persistent import cooperative_launch
+from .wavefront import block_shape, chunk_rows, make_wavefront_kernel, shared_words
 
 
 class LayerwiseLSTM(FusedLSTM):
@@ -39,7 +40,7 @@ class LayerwiseLSTM(FusedLSTM):
         chunk = chunk_rows(H, self.units, B, inputs=False)
         x_terms = self.input_terms(layer, x, stream)
         w_hh = self.w_hh_flat[layer]
-        launch(make_wavefront_kernel(H, self.units, 1, chunk), self.blocks, self.threads,
+        cooperative_launch(make_wavefront_kernel(H, self.units, 1, chunk), self.blocks, self.threads,
                4 * shared_words(H, self.units, chunk, inputs=False), stream,
                x_terms.reshape(-1), w_hh, w_hh, self.bias[layer], h.reshape(-1), c.reshape(-1), y.reshape(-1),
                np.int64(T), np.int64(B), self.counter)  # w_hh in W_ih's place: one layer reads no W_ih

@@ -17,6 +17,7 @@ from numba import cuda, float32
 
 from workbook import ON_GPU
 from workbook.inputs import sm_count
+from workbook.launch import allow_shared_memory
 
 from .fused import FusedLSTM
 from .layer import sigmoid
@@ -100,6 +101,18 @@ def cooperative_limit(kernel, args, threads, shared_bytes):
     return compiled.max_cooperative_grid_blocks(threads, shared_bytes)
 
 
+def cooperative_launch(kernel, blocks, threads, shared_bytes, stream, *args):
+    """kernel[blocks, threads, stream, shared_bytes](*args), refused if its blocks cannot all be
+    resident at once; past 48 KB of shared memory, asked for first."""
+    if ON_GPU:
+        allow_shared_memory(kernel.compile(tuple(numba.typeof(a) for a in args)), shared_bytes)
+    limit = cooperative_limit(kernel, args, threads, shared_bytes)
+    if blocks > limit:
+        raise ValueError(f"{blocks} blocks of {threads} threads and {shared_bytes} bytes of shared memory "
+                         f"cannot all be resident at once (at most {limit}): a grid barrier would hang")
+    kernel[blocks, threads, stream, shared_bytes](*args)
+
+
 class PersistentLSTM(FusedLSTM):
     """Step 2's input GEMM, then one cooperative launch per layer for the whole sequence."""
 
@@ -119,8 +132,4 @@ class PersistentLSTM(FusedLSTM):
     def _layer(self, layer, x, h, c, y, stream):
         x_terms = self.input_terms(layer, x, stream)
         args = (x_terms, self.w_hh[layer], self.bias[layer], h, c, y, np.int32(self.units))
-        limit = cooperative_limit(persistent_layer_kernel, args, THREADS, self.shared_bytes)
-        if self.blocks > limit:
-            raise ValueError(f"{self.blocks} blocks of {THREADS} threads and {self.shared_bytes} bytes of shared "
-                             f"memory cannot all be resident at once (at most {limit}): a grid barrier would hang")
-        persistent_layer_kernel[self.blocks, THREADS, stream, self.shared_bytes](*args)
+        cooperative_launch(persistent_layer_kernel, self.blocks, THREADS, self.shared_bytes, stream, *args)

@@ -32,11 +32,11 @@ from numba import cuda, float32
 from workbook import ON_GPU
 from workbook.barrier import counter_barrier
 from workbook.inputs import sm_count
-from workbook.launch import allow_shared_memory, shared_memory_limit
+from workbook.launch import shared_memory_limit
 
 from .fused import FusedLSTM
 from .layer import sigmoid
-from .persistent import cooperative_limit
+from .persistent import cooperative_launch
 
 MAX_THREADS = 512 if ON_GPU else 128
 ZERO = float32(0.0)
@@ -289,19 +289,9 @@ class WavefrontLSTM(FusedLSTM):
         chunk = chunk_rows(H, self.units, B)
         x_terms = self.input_terms(0, x, stream)
         y = self._buffer("y, every layer", (L, T, B, H), stream)
-        launch(make_wavefront_kernel(H, self.units, L, chunk), self.blocks, self.threads,
+        cooperative_launch(make_wavefront_kernel(H, self.units, L, chunk), self.blocks, self.threads,
                4 * shared_words(H, self.units, chunk), stream,
                x_terms.reshape(-1), self.w_ih_all.reshape(-1), self.w_hh_all.reshape(-1), self.bias_all.reshape(-1),
                h_n.reshape(-1), c_n.reshape(-1), y.reshape(-1), np.int64(T), np.int64(B), self.counter)
         return y[L - 1]
 
-
-def launch(kernel, blocks, threads, shared_bytes, stream, *args):
-    """A cooperative launch of `kernel`, refused if its blocks cannot all be resident at once."""
-    if ON_GPU:
-        allow_shared_memory(kernel.compile(tuple(numba.typeof(a) for a in args)), shared_bytes)
-    limit = cooperative_limit(kernel, args, threads, shared_bytes)
-    if blocks > limit:
-        raise ValueError(f"{blocks} blocks of {threads} threads and {shared_bytes} bytes of shared memory "
-                         f"cannot all be resident at once (at most {limit}): a grid barrier would hang")
-    kernel[blocks, threads, stream, shared_bytes](*args)
