@@ -13,7 +13,7 @@ from chapters.ch10_lstm.fused import FusedLSTM
 from chapters.ch10_lstm.naive import NaiveLSTM
 from chapters.ch10_lstm.persistent import CHUNK, PersistentLSTM
 from chapters.ch10_lstm.streams import StreamsLSTM
-from chapters.ch10_lstm.layerwise import LayerwiseLSTM
+from chapters.ch10_lstm.layerwise import MAX_CHUNK, LayerwiseLSTM, batch_chunk
 from chapters.ch10_lstm.wavefront import WavefrontLSTM, chunk_rows
 
 VARIANTS = {"naive": NaiveLSTM, "fused": FusedLSTM, "persistent": lambda w: PersistentLSTM(w, blocks=3),
@@ -61,6 +61,20 @@ def test_wavefront_takes_the_batch_in_chunks_and_leaves_its_barrier_at_zero():
     expected = ref.lstm_reference(x, weights)
     for _ in range(2):
         _check(_run(net, x), expected, 8, 3)
+        assert not net.counter.copy_to_host().any()
+
+
+def test_layerwise_takes_the_batch_in_chunks_and_leaves_its_barrier_at_zero():
+    """H = 16 over 4 blocks: 4 units a block; a batch of MAX_CHUNK + 3 rows is a full chunk (in the
+    simulator's 64 threads, staged without a test per value) and a ragged one (tested per value).
+    Run twice: the barrier's counter is back at zero."""
+    weights = ref.init_lstm(3, 16, 1, seed=12)
+    net = LayerwiseLSTM(weights, blocks=4)
+    assert batch_chunk(16, net.units, MAX_CHUNK + 3) == MAX_CHUNK
+    x = np.random.default_rng(13).standard_normal((2, MAX_CHUNK + 3, 3)).astype(np.float32)
+    expected = ref.lstm_reference(x, weights)
+    for _ in range(2):
+        _check(_run(net, x), expected, 16, 3)
         assert not net.counter.copy_to_host().any()
 
 

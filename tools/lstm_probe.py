@@ -1,10 +1,15 @@
-"""Where the persistent LSTM's time goes on a GPU: the cost of a grid barrier alone (numba's
-grid.sync() and workbook.barrier's counter), and one persistent layer per batch size (CUDA events,
-median of 15).
+"""Where the persistent LSTMs' time goes on a GPU (CUDA events, median of 15):
 
-    python tools/lstm_probe.py [steps]
+    python tools/lstm_probe.py barriers [steps]      numba's grid.sync() against workbook.barrier's counter
+    python tools/lstm_probe.py gemm [batch ...]      the hoisted input GEMM with each of chapter 04's searched tiles
+    python tools/lstm_probe.py layerwise [batch ...] the hoisted input GEMM, then the layer-by-layer
+                                                     kernel alone, a step (env THREADS, MAX_TB, MAX_CHUNK
+                                                     override layerwise.py's)
+    python tools/lstm_probe.py once [batch]          one launch of the layer-by-layer kernel, T = 32, for
+                                                     ncu --kernel-name regex:layer_kernel --launch-count 1
 """
 
+import os
 import sys
 
 import numba
@@ -14,9 +19,9 @@ from numba import cuda
 from workbook import bench
 from workbook.barrier import counter_barrier
 
-from chapters.ch10_lstm import persistent, reference as ref
+from chapters.ch10_lstm import layerwise, reference as ref
 
-steps = int(sys.argv[1]) if len(sys.argv) > 1 else 512
+T, H = 512, 512
 
 
 @cuda.jit
@@ -42,29 +47,72 @@ def counter_barriers_kernel(n, out, counter):
         out[0] = n
 
 
-out = cuda.device_array(1, np.int32)
-counter = cuda.to_device(np.zeros(2, np.uint64))
-for blocks in (32, 64, 128):
-    t = bench.time_interleaved({"sync": lambda: barriers_kernel[blocks, 256](steps, out),
-                                "counter": lambda: counter_barriers_kernel[blocks, 256](steps, out, counter)},
-                               repeats=15)
-    print(f"{steps} barriers, {blocks} blocks of 256: grid.sync {np.median(t['sync']) * 1e3 / steps:.2f} us a barrier, "
-          f"workbook.barrier's counter {np.median(t['counter']) * 1e3 / steps:.2f} us")
+def barriers(steps=T):
+    out = cuda.device_array(1, np.int32)
+    counter = cuda.to_device(np.zeros(2, np.uint64))
+    for blocks in (32, 64, 128):
+        t = bench.time_interleaved({"sync": lambda: barriers_kernel[blocks, 256](steps, out),
+                                    "counter": lambda: counter_barriers_kernel[blocks, 256](steps, out, counter)},
+                                   repeats=15)
+        print(f"{steps} barriers, {blocks} blocks of 256: grid.sync {np.median(t['sync']) * 1e3 / steps:.2f} us a "
+              f"barrier, workbook.barrier's counter {np.median(t['counter']) * 1e3 / steps:.2f} us")
 
-H = 512
-weights = ref.init_lstm(H, H, 1, seed=0)
-net = persistent.PersistentLSTM(weights)
-for batch in (1, 8, 64):
+
+def _overrides():
+    for name in ("THREADS", "MAX_TB", "MAX_CHUNK", "ROUND"):
+        if name in os.environ:
+            setattr(layerwise, name, int(os.environ[name]))
+
+
+def once(batch=64, steps=32):
+    _overrides()
+    net = layerwise.LayerwiseLSTM(ref.init_lstm(H, H, 1, seed=0))
     x = cuda.to_device(np.random.default_rng(0).standard_normal((steps, batch, H)).astype(np.float32))
-    x_terms = net.input_terms(0, x)
-    h = cuda.to_device(np.zeros((batch, H), np.float32))
-    c = cuda.to_device(np.zeros((batch, H), np.float32))
-    y = cuda.device_array((steps, batch, H), np.float32)
-    args = (x_terms, net.w_hh[0], net.bias[0], h, c, y, np.int32(net.units))
+    h, c = (cuda.to_device(np.zeros((batch, H), np.float32)) for _ in range(2))
+    net._layer(0, x, h, c, cuda.device_array((steps, batch, H), np.float32), 0)
+    cuda.synchronize()
 
-    def layer():
-        persistent.persistent_layer_kernel[net.blocks, persistent.THREADS, 0, net.shared_bytes](*args)
 
-    t = bench.time_interleaved({"layer": layer}, repeats=15)["layer"]
-    print(f"persistent layer, batch {batch}: {np.median(t) * 1e3 / steps:.2f} us a step "
-          f"({net.blocks} blocks, {net.units} units each)")
+def layer_by_layer(batches):
+    _overrides()
+    net = layerwise.LayerwiseLSTM(ref.init_lstm(H, H, 1, seed=0))
+    for batch in batches:
+        x = cuda.to_device(np.random.default_rng(0).standard_normal((T, batch, H)).astype(np.float32))
+        h = cuda.to_device(np.zeros((batch, H), np.float32))
+        c = cuda.to_device(np.zeros((batch, H), np.float32))
+        y = cuda.device_array((T, batch, H), np.float32)
+        chunk = layerwise.batch_chunk(H, net.units, batch)
+        t = bench.time_interleaved({"gemm": lambda: net.input_terms(0, x), "layer": lambda: net._layer(0, x, h, c, y, 0)},
+                                   repeats=15)
+        gemm, layer = np.median(t["gemm"]), np.median(t["layer"])
+        flops = 2 * T * batch * 4 * H * H
+        print(f"layerwise, batch {batch} (THREADS {layerwise.THREADS}, chunk {chunk}, tiling "
+              f"{layerwise.tiling(H, net.units, chunk)[:3]}): input GEMM {gemm:.3f} ms ({flops / gemm / 1e9:.1f} "
+              f"TFLOP/s); recurrent kernel {(layer - gemm) * 1e3 / T:.2f} us a step "
+              f"({flops / (layer - gemm) / 1e9:.1f} TFLOP/s)", flush=True)
+
+
+def input_gemm(batches):
+    from chapters.ch04_implicit_gemm import kernels as k
+    for batch in batches:
+        a = cuda.to_device(np.random.default_rng(0).standard_normal((T * batch, H)).astype(np.float32))
+        b = cuda.to_device(np.random.default_rng(1).standard_normal((H, 4 * H)).astype(np.float32))
+        out = cuda.device_array((T * batch, 4 * H), np.float32)
+        names = [None, *k.SEARCH_TILES]
+        t = bench.time_interleaved({str(name): (lambda name=name: k.gemm(a, b, out, tile=name)) for name in names},
+                                   repeats=15)
+        flops = 2 * T * batch * 4 * H * H
+        print(f"input GEMM, batch {batch}: " + "; ".join(f"{name} {np.median(v):.3f} ms ({flops / np.median(v) / 1e9:.1f} "
+                                                       "TFLOP/s)" for name, v in t.items()), flush=True)
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "barriers"
+    if what == "barriers":
+        barriers(*(int(a) for a in sys.argv[2:]))
+    elif what == "once":
+        once(*(int(a) for a in sys.argv[2:]))
+    elif what == "gemm":
+        input_gemm([int(b) for b in sys.argv[2:]] or [8, 64])
+    else:
+        layer_by_layer([int(b) for b in sys.argv[2:]] or [1, 8, 64])

@@ -22,15 +22,19 @@ def _run_one(script, log_path, use_notebook):
         command = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
                    "--ExecutePreprocessor.timeout=1800", "--output-dir", str(log_path.parent),
                    str(notebook)]
-    else:
-        command = [sys.executable, script.name]
-    with open(log_path, "w") as log:
-        return subprocess.run(command, cwd=script.parent, env=_env(), stdout=log, stderr=subprocess.STDOUT).returncode
+        with open(log_path, "w") as log:
+            return subprocess.run(command, cwd=script.parent, env=_env(), stdout=log, stderr=subprocess.STDOUT).returncode
+    with open(log_path, "w") as log:  # as _Ahead runs it, without the wait
+        return subprocess.run([sys.executable, "-c", _READY, script.name], cwd=script.parent, env=_env(), input="go\n",
+                              text=True, stdout=log, stderr=subprocess.STDOUT).returncode
 
 
 # A chapter script's process, started while the previous chapter runs: it imports what every chapter
 # imports (seconds of CPU, no GPU work: no context is made), then waits for "go" on stdin and runs
-# the script as `python script.py` would.
+# the script as `python script.py` would. It ends with os._exit once the script is done: a process
+# that has recorded a timeline with torch's profiler (workbook.timeline) can abort in its native
+# teardown ("free(): invalid pointer", pytorch/pytorch#195207: torch frees CUPTI buffers CUPTI still
+# holds), as chapter 08's did on the H100 after printing and storing everything.
 _READY = """
 import os, runpy, sys
 import workbook
@@ -45,6 +49,9 @@ if sys.stdin.readline().strip() != "go":
 sys.argv = sys.argv[1:]
 sys.path.insert(0, os.getcwd())
 runpy.run_path(sys.argv[0], run_name="__main__")
+for stream in (sys.stdout, sys.stderr):
+    stream.flush()
+os._exit(0)  # done: no native teardown
 """
 
 

@@ -28,6 +28,9 @@
 #   one GEMM, the input term of every step hoisted into one big GEMM, the cell fused into one kernel;
 # - Baidu's persistent RNN: one launch for the whole sequence, the recurrent weights kept in shared
 #   memory, and a grid-wide barrier (`cuda.cg.this_grid().sync()`) between steps;
+# - why a large batch wants the step as a tiled GEMM (chapter 04's register tiles) inside the
+#   persistent kernel, and a small batch every layer in one wavefront;
+# - the layers on streams of their own, replayed as one CUDA graph;
 # - how these compare with cuDNN's LSTM (`torch.nn.LSTM`) at the book's sizes and at small batches;
 # - how to see where a step's time goes: named ranges, the host's launches and the GPU's kernels
 #   on one timeline.
@@ -44,7 +47,7 @@ import numpy as np
 import workbook
 from workbook import bench, cuda, timeline
 
-from chapters.ch10_lstm import fused, naive, persistent, profiling, wavefront
+from chapters.ch10_lstm import fused, layerwise, naive, persistent, profiling, streams, wavefront
 from chapters.ch10_lstm import reference as ref
 
 print(f"running on: {workbook.MODE}")
@@ -137,6 +140,37 @@ workbook.show(persistent.persistent_layer_kernel)
 # %%
 workbook.show(wavefront.make_wavefront_kernel)
 
+# %% [markdown]
+# ## Layer by layer, each step a tiled GEMM: for a large batch
+#
+# At batch 64 a step of a layer is a real GEMM, (64, 512) x (512, 2048), and the wavefront's lanes,
+# each with one k of a row and at most 4 batch rows, read a value of h from shared memory for every
+# multiply-add: shared memory sets the pace. `layerwise.py` goes back to one layer a launch, keeps
+# only W_hh on chip (an eighth of the wavefront's weights a block), and gives the room to a chunk of
+# 64 batch rows of h_{t-1}. Each thread then owns a 4 x 8 tile of sums (one unit's four gates, 8
+# batch rows) as chapter 04's GEMM does: per k it reads 4 weights and 8 values of h for 32
+# multiply-adds. The k of a row are split over the block's warps, whose partial sums meet in shared
+# memory before the cell. The input term is step 2's hoisted GEMM again, which at this batch is a
+# big GEMM that runs near chapter 04's best rate. Two details mattered as much as the tiling: h is
+# staged with unsigned indices and a test-free path for whole chunks (the signed index arithmetic
+# numba emits had cost more instructions than the multiply-adds), and the cell's inputs that need
+# no h are loaded before the staging, so that their latency hides behind it.
+
+# %%
+workbook.show(layerwise.make_layer_kernel)
+
+# %% [markdown]
+# ## Streams: the layers side by side, from the host
+#
+# The wavefront can also be had without a persistent kernel: step 2's launches, each layer on a
+# stream of its own, issued in wavefront order, an event telling layer l+1 that layer l's h_t is
+# written (`streams.py`). Launched call by call, the host issues three launches a step a layer and
+# the GPU waits for it; captured once as a CUDA graph (chapter 07) and replayed, the GPU runs the
+# streams' kernels side by side, and what is left is the GPU's time.
+
+# %%
+workbook.show(streams.StreamsLSTM._layers)
+
 # %%
 net_naive, net_fused = naive.NaiveLSTM(weights), fused.FusedLSTM(weights)
 net_persistent = persistent.PersistentLSTM(weights)
@@ -155,6 +189,10 @@ try:
 except ValueError as why:  # a GPU with less shared memory than an H100 (a T4's 64 KB) cannot hold the weights
     net_wavefront = None
     print(f"wavefront: not on this GPU: {why}")
+net_layerwise = layerwise.LayerwiseLSTM(weights, blocks=workbook.size(gpu=None, sim=4))
+print(f"layer by layer: {net_layerwise.blocks} blocks of {layerwise.THREADS} threads, {net_layerwise.units} hidden "
+      f"units each; at batch 64, chunks of {layerwise.batch_chunk(HIDDEN, net_layerwise.units, 64)} batch rows")
+net_streams = streams.StreamsLSTM(weights)
 chapter.record("recurrent weight bytes read per layer", traffic)
 
 
@@ -170,11 +208,12 @@ def torch_lstm(batch):
 
 
 # %% [markdown]
-# ## All four against cuDNN
+# ## Every variant against cuDNN
 #
 # The whole forward (every layer, every step) from the same inputs, checked against the float64
 # reference, then timed with CUDA events. The naive LSTM takes seconds at the book's sizes, so it
-# runs at batch 64 only.
+# runs at batch 64 only; the streams LSTM is timed as its graph's replay (launched call by call,
+# its time is its host's, like the fused one's).
 
 # %%
 comparisons = {}
@@ -188,6 +227,10 @@ for batch in BATCHES:
     variants["persistent: W_hh in shared memory"] = lambda: net_persistent(d_x, d_h0, d_c0)
     if net_wavefront is not None:
         variants["wavefront: every layer in one kernel"] = lambda: net_wavefront(d_x, d_h0, d_c0)
+    variants["layer by layer: each step a tiled GEMM"] = lambda: net_layerwise(d_x, d_h0, d_c0)
+    replay = net_streams.graph(d_x, d_h0, d_c0)
+    variants["streams: layers side by side, one CUDA graph"] = \
+        lambda replay=replay, d_x=d_x: (replay(), net_streams.outputs(d_x))[1]
     baselines = {}
     if torch is not None:
         lstm = torch_lstm(batch)
@@ -259,6 +302,7 @@ chapter.savefig(profiling.figure(recorded, f"T=8 B={small_batch} H={HIDDEN}"), "
 _persistent, _fused, _naive = ("persistent: W_hh in shared memory", "fused: hoisted input GEMM, fused cell",
                                "naive: 2 GEMMs a gate a step")
 _wavefront = "wavefront: every layer in one kernel"
+_layerwise, _streams = "layer by layer: each step a tiled GEMM", "streams: layers side by side, one CUDA graph"
 _cudnn = "torch.nn.LSTM (cuDNN)"
 _traffic = chapter.figure("recurrent weight bytes read per layer")
 
@@ -284,6 +328,29 @@ def _wavefront_text():
   {-(-64 // chunk)} passes over the weights, where cuDNN's GEMMs have enough rows to fill the GPU."""
 
 
+def _layerwise_text():
+    """The layer-by-layer and streams bullets, from the figures; a line instead where the stored run
+    has none of them."""
+    try:
+        lw = {batch: _ms(batch, _layerwise) for batch in (1, 8, 64)}
+        st = {batch: _ms(batch, _streams) for batch in (1, 8, 64)}
+    except (KeyError, LookupError):
+        return "- **Layer by layer, and streams**: no stored GPU figures for them yet."
+    try:
+        wave = f", against the wavefront's {_ms(64, _wavefront):.0f} ms"
+    except (KeyError, LookupError):
+        wave = ""
+    steps = _traffic["steps"] * _traffic["layers"]
+    return f"""- **Layer by layer, each step a tiled GEMM**, is the variant for a large batch: {lw[64]:.1f} ms at
+  batch 64, {_ms(64, _cudnn) / lw[64]:.2f} of cuDNN's speed{wave}. At batch 1 and 8 it takes {lw[1]:.1f} and
+  {lw[8]:.1f} ms: its {steps} steps cost it {1e3 * lw[1] / steps:.1f} us each at batch 1, barrier, staging
+  and a block's worth of latency whatever the batch, so small batches belong to the wavefront.
+- **The streams LSTM** replayed as one graph takes {st[1]:.1f} ms at batch 1 and {st[64]:.1f} at 64
+  ({_ms(64, _cudnn) / st[64]:.2f} of cuDNN's speed): the layers do run side by side, but every step
+  of every layer is still three kernels, each a launch's worth of work on the GPU, where the
+  persistent kernels run one."""
+
+
 chapter.lesson("""
 - **Launches, not arithmetic, set the naive LSTM's time**: {naive:.0f} ms for a forward at batch 64
   against {fused:.0f} ms fused ({fused_speedup:.1f}x) for the same arithmetic. The naive LSTM issues
@@ -297,6 +364,7 @@ chapter.lesson("""
   row, three block barriers a chunk, so at batch 64 most of its time is spent waiting, not
   multiplying. It is correct, and it is the structure, but it is slower than cuDNN.
 {wavefront}
+{layerwise}
 """,
     naive=_ms(64, _naive), fused=_ms(64, _fused), fused_speedup=_ms(64, _naive) / _ms(64, _fused),
     fused_host=chapter.figure("LSTM forward, batch 64", _fused, "host_us") / 1e3,
@@ -305,7 +373,7 @@ chapter.lesson("""
     step1=1e3 * _ms(1, _persistent) / (_traffic["steps"] * _traffic["layers"]),
     p1=_ms(1, _persistent), c1=_ms(1, _cudnn), s1=_ms(1, _cudnn) / _ms(1, _persistent),
     p8=_ms(8, _persistent), c8=_ms(8, _cudnn), p64=_ms(64, _persistent), c64=_ms(64, _cudnn),
-    wavefront=_wavefront_text(),
+    wavefront=_wavefront_text(), layerwise=_layerwise_text(),
 )
 
 # %% [markdown]
@@ -337,10 +405,12 @@ exercises.show("ch10.3")
 # ## More to try
 # 1. Time the fused LSTM as one CUDA graph at the book's sizes (the profiling section replays 8
 #    steps that way): its time is its host's.
-# 2. The wavefront at batch 64: more batch rows at a time need the shared memory W_ih's share
-#    takes. At large batches, keep W_ih off chip (step 2's hoisted GEMM, layer by layer: it costs
-#    little next to the recurrence there) and give the batch chunk that room.
-# 3. The persistent kernel's steps one at a time: which of the wavefront's changes (batch chunks,
+# 2. The layer-by-layer kernel's staging of h_{t-1} with `cp.async` (inline PTX, as chapter 09
+#    reaches the tensor cores): the loads in flight without registers to hold them, or the next
+#    chunk's while this one multiplies.
+# 3. FP16 weights: half the shared memory a block, so the wavefront could hold every layer's
+#    weights at larger batch chunks, and the tiles could go to the tensor cores (chapter 09).
+# 4. The persistent kernel's steps one at a time: which of the wavefront's changes (batch chunks,
 #    the cell in the warp, the barrier without a call) buys how much, with `tools/lstm_bench.py`.
 #
 # ## References

@@ -10,11 +10,15 @@ import numpy as np
 from numba import cuda
 
 from chapters.ch04_implicit_gemm.kernels import gemm
+from workbook import ON_GPU
 from workbook.timeline import span
 
 from .layer import LSTM, sigmoid
 
 THREADS = 256
+# the hoisted GEMM's tile: chapter 04's fastest on (T*B, I) x (I, 4H) on the H100 at the chapter's
+# sizes (`python tools/lstm_probe.py gemm` times each searched tile; EXPERIMENTS.md has the figures)
+INPUT_TILE = "128x128 wide, 16x8/thread, BK=16" if ON_GPU else None
 
 
 @cuda.jit
@@ -46,7 +50,7 @@ class FusedLSTM(LSTM):
         """x_t @ W_ih^T for every t at once: (T*B, I) @ (I, 4H), viewed as (T, B, 4H)."""
         T, B, I = x.shape
         terms = self._buffer("x terms", (T * B, 4 * self.hidden), stream)
-        gemm(x.reshape(T * B, I), self.w_ih_t[layer], terms, stream=stream)
+        gemm(x.reshape(T * B, I), self.w_ih_t[layer], terms, tile=INPUT_TILE, stream=stream)
         return terms.reshape(T, B, 4 * self.hidden)
 
     def _layer(self, layer, x, h, c, y, stream):

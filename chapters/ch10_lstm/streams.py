@@ -1,6 +1,5 @@
-"""Step 3, after NVIDIA's "Optimizing Recurrent Neural Networks in cuDNN 5" (not yet in the
-chapter: measured on no GPU so far, see EXPERIMENTS.md): the layers in a wavefront on streams of
-their own, and the whole forward replayed as one CUDA graph.
+"""Step 3, after NVIDIA's "Optimizing Recurrent Neural Networks in cuDNN 5": the layers in a
+wavefront on streams of their own, and the whole forward replayed as one CUDA graph.
 
 Step 2 runs every step of a layer before the next layer starts, though layer l+1's step t needs
 only layer l's h_t. Here each layer launches on a stream of its own, in wavefront order: at

@@ -20,7 +20,8 @@ After the warp's sums are reduced across its lanes, the lanes that hold a unit's
 the same warp, and one lane per (unit, batch row) computes the cell from them: no trip through
 shared memory, no barrier between the sums and the cell.
 
-layerwise.py runs the same kernel one layer at a time (make_wavefront_kernel with L = 1)."""
+At a large batch the lanes' one k of a row and few batch rows leave shared memory setting the
+pace: layerwise.py tiles each step as a GEMM instead, one layer at a time."""
 
 import math
 from functools import lru_cache
