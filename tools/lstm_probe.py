@@ -17,7 +17,7 @@ import numpy as np
 from numba import cuda
 
 from workbook import bench
-from workbook.barrier import counter_barrier
+from workbook.barrier import counter_barrier, counter_leave
 
 from chapters.ch10_lstm import layerwise, reference as ref
 
@@ -39,10 +39,7 @@ def counter_barriers_kernel(n, out, counter):
     blocks = numba.uint64(cuda.gridDim.x)
     for i in range(n):
         counter_barrier(counter, numba.uint64(i + 1) * blocks)
-    cuda.syncthreads()
-    if cuda.threadIdx.x == 0 and cuda.atomic.add(counter, 1, 1) == blocks - numba.uint64(1):
-        counter[0] = 0  # the last block out: zero for the next launch
-        counter[1] = 0
+    counter_leave(counter, blocks)  # zero for the next launch
     if cuda.grid(1) == 0:
         out[0] = n
 

@@ -14,8 +14,10 @@ reload of all of them at every barrier. This barrier is inline, three instructio
     counter_barrier(counter, target)
                               syncthreads; thread 0 arrives and waits until the count reaches
                               target; syncthreads: after it, every block's writes before it are seen
+    counter_leave(counter, blocks)
+                              after the last barrier: the last block out zeroes the counter
 
-(CUTLASS's generic barrier is built the same way.) `counter` is a 1-element uint64 array (zero
+(CUTLASS's generic barrier is built the same way.) `counter` is a 2-element uint64 array (zero
 before the first barrier); the kernel passes target = (barriers so far, this one included) x blocks.
 Every block must be resident, or the first ones wait for ever for blocks that never start: launch
 cooperatively (a kernel that calls `cuda.cg.this_grid()` is launched so, and refused if the grid
@@ -23,6 +25,7 @@ cannot all be resident). In the simulator, arrive and arrived are atomics on the
 blocks of a cooperative launch run side by side (workbook.simulator), so the barrier works there too.
 """
 
+import numba
 from numba import cuda
 
 from . import MODE
@@ -83,6 +86,17 @@ def counter_barrier(counter, target):
         while arrived(counter) < target:
             pass
     cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def counter_leave(counter, blocks):
+    """After a kernel's last barrier: the last of `blocks` blocks to leave zeroes the counter (both
+    words: the count and counter[1], where the blocks count themselves out), ready for the next
+    launch. Every other block is past its last barrier by then, so none reads it again."""
+    if cuda.threadIdx.x == 0 and cuda.threadIdx.y == 0 and cuda.threadIdx.z == 0:
+        if cuda.atomic.add(counter, 1, 1) == numba.uint64(blocks) - numba.uint64(1):
+            counter[0] = 0
+            counter[1] = 0
 
 
 def unsafe_grid_sync(kernel):

@@ -24,7 +24,7 @@ import numpy as np
 from numba import cuda, float32
 
 from workbook import ON_GPU
-from workbook.barrier import counter_barrier
+from workbook.barrier import counter_barrier, counter_leave
 from workbook.inputs import sm_count
 from workbook.launch import shared_memory_limit
 
@@ -32,7 +32,7 @@ from .fused import FusedLSTM
 from .layer import sigmoid
 from .persistent import cooperative_launch
 
-THREADS = 512 if ON_GPU else 64  # 16 warps: 256 threads took 11 % longer a step at batch 64 (EXPERIMENTS.md)
+THREADS = 512 if ON_GPU else 64  # 16 warps: faster a step at batch 64 than 256 threads (EXPERIMENTS.md)
 MAX_CHUNK, MAX_TB = 64, 8  # batch rows a block takes at once; of them, a thread's
 ROUND = 16  # h_{t-1} values a thread loads before storing any: all in flight at once
 ZERO = float32(0.0)
@@ -176,9 +176,7 @@ def make_layer_kernel(H, U, BC):
             cu, b = n % u64(U), n // u64(U)
             if j0 + cu < u64(H):
                 h[b * u64(H) + j0 + cu] = y[((T - u64(1)) * B + b) * u64(H) + j0 + cu]
-        if tid == u64(0) and cuda.atomic.add(counter, 1, 1) == blocks - u64(1):
-            counter[0] = 0  # the last block out: every other one is past its last barrier
-            counter[1] = 0
+        counter_leave(counter, blocks)  # ready for the next launch
 
     return layer_kernel
 

@@ -31,7 +31,7 @@ import numpy as np
 from numba import cuda, float32
 
 from workbook import ON_GPU
-from workbook.barrier import counter_barrier
+from workbook.barrier import counter_barrier, counter_leave
 from workbook.inputs import sm_count
 from workbook.launch import shared_memory_limit
 
@@ -250,9 +250,7 @@ def make_wavefront_kernel(H, U, L, NB):
             u, b = n // B, n % B
             if j0 + u < u64(H):
                 h[(layer * B + b) * u64(H) + j0 + u] = y[((layer * T + T - u64(1)) * B + b) * u64(H) + j0 + u]
-        if tid == u64(0) and cuda.atomic.add(counter, 1, 1) == blocks - u64(1):
-            counter[0] = 0  # the last block out: every other one is past its last barrier; ready for the next launch
-            counter[1] = 0
+        counter_leave(counter, blocks)  # ready for the next launch
 
     return wavefront_kernel
 
