@@ -10,6 +10,7 @@ from numba import cuda
 
 from chapters.ch10_lstm import reference as ref
 from chapters.ch10_lstm.fused import FusedLSTM
+from chapters.ch10_lstm.half import HalfLSTM, fragments, n_tiles
 from chapters.ch10_lstm.naive import NaiveLSTM
 from chapters.ch10_lstm.persistent import CHUNK, PersistentLSTM
 from chapters.ch10_lstm.streams import StreamsLSTM
@@ -96,15 +97,88 @@ def test_the_streams_lstm_replays_as_one_graph():
         _check(got, ref.lstm_reference(new_x, weights, h0.copy_to_host(), c0.copy_to_host()), 6, 3)
 
 
-@pytest.mark.parametrize("variant", ["fused", "persistent", "wavefront", "layerwise", "streams"])
+@pytest.mark.parametrize("variant", ["fused", "persistent", "wavefront", "layerwise", "streams", "half"])
 def test_nan_in_one_batch_row_stays_in_that_row(variant):
     weights = ref.init_lstm(3, 5, 1, seed=4)
     x = np.random.default_rng(5).standard_normal((2, 3, 3)).astype(np.float32)
     x[0, 1, 2] = np.nan
-    y, _, _ = _run(VARIANTS[variant](weights), x)
-    y_ref, _, _ = ref.lstm_reference(x, weights)
+    net = HalfLSTM(weights, blocks=4) if variant == "half" else VARIANTS[variant](weights)
+    y, _, _ = _run(net, x)
+    y_ref, _, _ = ref.lstm_reference(x, weights, fp16=variant == "half")
     assert np.isnan(y[:, 1]).all() and np.isnan(y_ref[:, 1]).all()
     np.testing.assert_allclose(y[:, [0, 2]], y_ref[:, [0, 2]], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("steps, batch, input_size, hidden, layers, blocks", [
+    (1, 1, 1, 1, 1, 1), (2, 9, 3, 33, 1, 4), (3, 2, 5, 31, 2, 4), (2, 17, 4, 16, 3, 3)])
+def test_half_matches_the_fp16_model_of_the_reference(steps, batch, input_size, hidden, layers, blocks):
+    """The FP16 wavefront against the float64 LSTM of FP16-rounded weights and h (what it multiplies),
+    at hidden sizes that are not multiples of 16, one to three layers, and batches past its chunk of
+    8 rows (17: three chunks, the last of one row)."""
+    rng = np.random.default_rng(steps * 100 + hidden)
+    weights = ref.init_lstm(input_size, hidden, layers, seed=hidden)
+    x = rng.standard_normal((steps, batch, input_size)).astype(np.float32)
+    h0, c0 = (rng.standard_normal((2, layers, batch, hidden)) * 0.5).astype(np.float32)
+    net = HalfLSTM(weights, blocks=blocks)
+    rtol, atol = ref.tolerance_fp16(hidden, input_size)
+    expected = ref.lstm_reference(x, weights, h0, c0, fp16=True)
+    for _ in range(2):  # twice: the barrier's counter is left at zero
+        got = _run(net, x, h0, c0)
+        for name, g, e in zip(("y", "h_n", "c_n"), got, expected):
+            workbook.assert_close(g, np.asarray(e, np.float32), rtol=rtol, atol=atol, name=name)
+        assert not net.counter.copy_to_host().any()
+
+
+def test_half_refuses_weights_fp16_cannot_hold():
+    weights = ref.init_lstm(3, 4, 2, seed=1)
+    weights[1]["w_ih"][2, 1] = 1e5
+    with pytest.raises(ValueError, match="layer 1 w_ih holds a value that FP16 cannot"):
+        HalfLSTM(weights, blocks=2)
+    weights[1]["w_ih"][2, 1] = 0
+    weights[0]["w_hh"][0, 0] = np.nan
+    with pytest.raises(ValueError, match="layer 0 w_hh"):
+        HalfLSTM(weights, blocks=2)
+
+
+def test_half_fragments_are_mma_operands():
+    """fragments() lays out each block's [W_ih | W_hh] rows so that lane L's register r of k-step ks
+    and m-tile mt holds the pair mma.m16n8k16 reads there: rebuilt from the table, the rows come back."""
+    from workbook.tensor_cores import fragment_coordinates
+
+    weights = ref.init_lstm(5, 6, 2, seed=3)
+    units, per_layer = 3, 2
+    frag = fragments(weights, units, per_layer)  # (blocks, k-steps, m-tiles, 4, 32)
+    a = fragment_coordinates("f16")["a"]
+    halves = frag.view(np.uint16).reshape(frag.shape[:-1] + (32, 2)).view(np.float16)
+    block = 1 * per_layer + 1  # layer 1's second block: units 3, 4, 5
+    rebuilt = np.zeros((16 * frag.shape[2], 16 * frag.shape[1]), np.float16)
+    for ks in range(frag.shape[1]):
+        for mt in range(frag.shape[2]):
+            for r in range(4):
+                for lane in range(32):
+                    row, col = a[lane, r]
+                    rebuilt[16 * mt + row, 16 * ks + col:16 * ks + col + 2] = halves[block, ks, mt, r, lane]
+    w = weights[1]
+    for u in range(units):
+        for q in range(4):
+            j = units + u
+            np.testing.assert_array_equal(rebuilt[4 * u + q, :6], w["w_ih"][q * 6 + j].astype(np.float16))
+            np.testing.assert_array_equal(rebuilt[4 * u + q, 16:22], w["w_hh"][q * 6 + j].astype(np.float16))
+    assert not rebuilt[4 * units:].any() and not rebuilt[:, 6:16].any() and not rebuilt[:, 22:].any()
+    assert n_tiles(6, units, 2, 64) >= 1
+
+
+def test_half_is_closer_to_the_fp16_model_than_to_float32():
+    """What FP16 costs: the kernel matches the FP16-rounded reference far better than the exact one,
+    and the exact one within what FP16's 11-bit significand allows (a check that the tolerance of
+    the other tests is not hiding a wrong gate: the difference to float64 is real rounding)."""
+    weights = ref.init_lstm(8, 32, 2, seed=5)
+    x = np.random.default_rng(6).standard_normal((4, 3, 8)).astype(np.float32)
+    y = _run(HalfLSTM(weights, blocks=4), x)[0]
+    off_model = np.abs(y - ref.lstm_reference(x, weights, fp16=True)[0]).max()
+    off_exact = np.abs(y - ref.lstm_reference(x, weights)[0]).max()
+    assert off_model < off_exact / 10
+    assert 2.0 ** -16 < off_exact < 2.0 ** -8
 
 
 def test_the_reference_stacks_layers():

@@ -31,6 +31,8 @@
 # - why a large batch wants the step as a tiled GEMM (chapter 04's register tiles) inside the
 #   persistent kernel, and a small batch every layer in one wavefront;
 # - the layers on streams of their own, replayed as one CUDA graph;
+# - the wavefront's products on FP16 tensor cores (chapter 09's `mma.sync`), and what FP16 costs in
+#   accuracy;
 # - how these compare with cuDNN's LSTM (`torch.nn.LSTM`) at the book's sizes and at small batches;
 # - how to see where a step's time goes: named ranges, the host's launches and the GPU's kernels
 #   on one timeline.
@@ -47,7 +49,7 @@ import numpy as np
 import workbook
 from workbook import bench, cuda, timeline
 
-from chapters.ch10_lstm import fused, layerwise, naive, persistent, profiling, streams, wavefront
+from chapters.ch10_lstm import fused, half, layerwise, naive, persistent, profiling, streams, wavefront
 from chapters.ch10_lstm import reference as ref
 
 print(f"running on: {workbook.MODE}")
@@ -80,9 +82,9 @@ def inputs(batch, seed=1):
 
 
 def check(out, expected, name):
-    for what, got, want in zip(("y", "h_n", "c_n"), out, expected):
-        workbook.assert_close(workbook.check.to_host(got), np.asarray(want, np.float32), rtol=rtol, atol=atol,
-                              name=f"{name}: {what}")
+    """One output (y, h_n or c_n) against the float64 reference's."""
+    workbook.assert_close(workbook.check.to_host(out), np.asarray(expected, np.float32), rtol=rtol, atol=atol,
+                          name=name)
 
 
 # %% [markdown]
@@ -171,6 +173,26 @@ workbook.show(layerwise.make_layer_kernel)
 # %%
 workbook.show(streams.StreamsLSTM._layers)
 
+# %% [markdown]
+# ## FP16 on tensor cores: the wavefront's products with `mma.sync`
+#
+# A block of the wavefront computes (its 64 gate rows) x [x_t ; h_{t-1}] each step: a GEMM with
+# K = 2H. `half.py` does it with chapter 09's warp-wide `mma.sync` (m16n8k16: FP16 operands, FP32
+# sums). The weights are stored in FP16, half the bytes, so both matrices of a block fit in shared
+# memory, and in the order of mma's A fragments (`half.fragments`, on the host), so a lane reads its
+# four registers of a tile as four bank-conflict-free words. The k of the GEMM are split over the
+# block's warps; each warp loads its slice of x_t and h_{t-1} for 8 batch rows (an n-tile) straight
+# from global memory, and packs two float32 into one register of two FP16 only at the mma, so that
+# the loads are all in flight together (a chunk's during the last chunk's cells). The warps'
+# partial sums meet in shared memory, laid out as mma left them (33 words a register's lanes, so
+# the cells read them without bank conflicts), and the cell stays FP32.
+# What is rounded to FP16 is exactly what is multiplied: the weights, h and x. The reference
+# models that (`lstm_reference(..., fp16=True)`), so the check stays as tight as float32's, and the
+# distance to the exact float64 LSTM is measured apart.
+
+# %%
+workbook.show(half.make_half_kernel)
+
 # %%
 net_naive, net_fused = naive.NaiveLSTM(weights), fused.FusedLSTM(weights)
 net_persistent = persistent.PersistentLSTM(weights)
@@ -193,18 +215,36 @@ net_layerwise = layerwise.LayerwiseLSTM(weights, blocks=workbook.size(gpu=None, 
 print(f"layer by layer: {net_layerwise.blocks} blocks of {layerwise.THREADS} threads, {net_layerwise.units} hidden "
       f"units each; at batch 64, chunks of {layerwise.batch_chunk(HIDDEN, net_layerwise.units, 64)} batch rows")
 net_streams = streams.StreamsLSTM(weights)
+try:
+    net_half = half.HalfLSTM(weights, blocks=workbook.size(gpu=None, sim=4))
+    print(f"FP16 on tensor cores: {net_half.blocks} blocks of {half.THREADS} threads, {net_half.units} hidden units "
+          f"each; batch rows a block takes at once: {8 * half.n_tiles(HIDDEN, net_half.units, LAYERS, 1)} at batch 1, "
+          f"{8 * half.n_tiles(HIDDEN, net_half.units, LAYERS, 64)} at batch 64")
+    traffic["FP16: batch rows a block takes at once, batch 64"] = 8 * half.n_tiles(HIDDEN, net_half.units, LAYERS, 64)
+    traffic["FP16: weight bytes a block"] = 4 * net_half.w_frag.size // net_half.blocks
+except ValueError as why:  # a GPU with less shared memory than the weights need
+    net_half = None
+    print(f"FP16 on tensor cores: not on this GPU: {why}")
 chapter.record("recurrent weight bytes read per layer", traffic)
 
 
-def torch_lstm(batch):
-    """torch.nn.LSTM (cuDNN) with the same weights, and a call on the same device inputs."""
+def torch_lstm(batch, dtype=None):
+    """torch.nn.LSTM (cuDNN) with the same weights (dtype: torch.float16 for cuDNN's FP16 LSTM)."""
     lstm = torch.nn.LSTM(INPUT, HIDDEN, LAYERS).cuda()
     with torch.no_grad():
         for layer, w in enumerate(weights):
             for name in ("w_ih", "w_hh", "b_ih", "b_hh"):
                 getattr(lstm, f"{name.replace('w_', 'weight_').replace('b_', 'bias_')}_l{layer}").copy_(
                     torch.from_numpy(w[name]))
-    return lstm
+    return lstm if dtype is None else lstm.to(dtype)
+
+
+def cudnn_call(lstm, *inputs):
+    def call():
+        with torch.no_grad():
+            y, (h, c) = lstm(inputs[0], inputs[1:])
+        return y, h, c
+    return call
 
 
 # %% [markdown]
@@ -215,8 +255,24 @@ def torch_lstm(batch):
 # runs at batch 64 only; the streams LSTM is timed as its graph's replay (launched call by call,
 # its time is its host's, like the fused one's).
 
+# %% [markdown]
+# The FP16 kernel has a table of its own: it is checked against the FP16 model of the reference,
+# and timed beside cuDNN's FP16 LSTM (FP16 inputs, weights, state and outputs; checked against the
+# same model at FP16's own precision, 2^-8).
+
 # %%
-comparisons = {}
+_half = "FP16 wavefront: tensor cores (mma.sync)"
+rtol16, atol16 = ref.tolerance_fp16(HIDDEN, INPUT)
+
+
+def check_fp16(out, expected, name):
+    """Ours at the FP16 model's tolerance; cuDNN's FP16 LSTM, which also stores h and c in FP16, at 2^-8."""
+    r, a = (2.0 ** -8, 2.0 ** -8) if "cuDNN" in name else (rtol16, atol16)
+    workbook.assert_close(np.asarray(workbook.check.to_host(out), np.float32), np.asarray(expected, np.float32),
+                          rtol=r, atol=a, name=name)
+
+
+comparisons, comparisons_fp16 = {}, {}
 for batch in BATCHES:
     x, h0, c0 = inputs(batch)
     d_x, d_h0, d_c0 = cuda.to_device(x), cuda.to_device(h0), cuda.to_device(c0)
@@ -231,21 +287,23 @@ for batch in BATCHES:
     replay = net_streams.graph(d_x, d_h0, d_c0)
     variants["streams: layers side by side, one CUDA graph"] = \
         lambda replay=replay, d_x=d_x: (replay(), net_streams.outputs(d_x))[1]
-    baselines = {}
+    baselines, baselines_fp16 = {}, {}
     if torch is not None:
-        lstm = torch_lstm(batch)
-        t_x, t_h0, t_c0 = (bench.torch_view(a) for a in (d_x, d_h0, d_c0))
-
-        def cudnn(lstm=lstm, t_x=t_x, t_h0=t_h0, t_c0=t_c0):
-            with torch.no_grad():
-                y, (h, c) = lstm(t_x, (t_h0, t_c0))
-            return y, h, c
-        baselines["torch.nn.LSTM (cuDNN)"] = cudnn
+        t_inputs = [bench.torch_view(a) for a in (d_x, d_h0, d_c0)]
+        baselines["torch.nn.LSTM (cuDNN)"] = cudnn_call(torch_lstm(batch), *t_inputs)
+        baselines_fp16["torch.nn.LSTM FP16 (cuDNN)"] = cudnn_call(torch_lstm(batch, torch.float16),
+                                                                  *(a.half() for a in t_inputs))
     flops = 2.0 * STEPS * batch * 4 * HIDDEN * (INPUT + HIDDEN + (LAYERS - 1) * 2 * HIDDEN)
     comparisons[batch] = chapter.compare(
         f"LSTM forward, batch {batch}", variants, baselines=baselines, flops=flops,
         reference=lambda x=x, h0=h0, c0=c0: ref.lstm_reference(x, weights, h0, c0), check=check,
         size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=5 if "naive" in str(variants) else 15)
+    if net_half is not None:
+        comparisons_fp16[batch] = chapter.compare(
+            f"LSTM forward in FP16, batch {batch}", {_half: lambda: net_half(d_x, d_h0, d_c0)},
+            baselines=baselines_fp16, flops=flops, check=check_fp16,
+            reference=lambda x=x, h0=h0, c0=c0: ref.lstm_reference(x, weights, h0, c0, fp16=True),
+            size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=15)
 
 # %%
 if workbook.ON_GPU:
@@ -256,13 +314,28 @@ if workbook.ON_GPU:
     for batch, target in ((1, 1.5), (8, 1.5), (64, 0.8)):
         if torch is None or batch not in comparisons:
             continue
-        ours = [t for t in comparisons[batch].timings if t.kind == "kernel"]
+        ours = [t for t in comparisons[batch].timings if t.kind == "kernel"]  # float32 only: FP16's table is apart
         best = min(ours, key=lambda t: t.median_ms)
         chapter.bar(f"batch {batch}: fastest workbook LSTM ({best.name.split(':')[0]}) vs cuDNN (speed-up)",
                     comparisons[batch].ratio("torch.nn.LSTM (cuDNN)", best.name), at_least=target)
 else:
     for batch in (1, 8, 64):
         chapter.show_stored(f"LSTM forward, batch {batch}")
+        chapter.show_stored(f"LSTM forward in FP16, batch {batch}")
+
+# %% [markdown]
+# What FP16 costs in accuracy: the largest difference to the exact float64 LSTM, at batch 1, of the
+# float32 wavefront and of the FP16 one.
+
+# %%
+if net_half is not None and net_wavefront is not None:
+    x1, h1, c1 = inputs(1)
+    exact = ref.lstm_reference(x1, weights, h1, c1)
+    d_in = [cuda.to_device(a) for a in (x1, h1, c1)]
+    off = {name: float(max(np.abs(workbook.check.to_host(got) - want).max() for got, want in zip(net(*d_in), exact)))
+           for name, net in (("float32 wavefront", net_wavefront), ("FP16 wavefront", net_half))}
+    chapter.record("largest difference to float64, batch 1", off)
+    print(", ".join(f"{name}: {value:.2g}" for name, value in off.items()))
 
 # %% [markdown]
 # ## Profiling a step: what the host and the GPU each do
@@ -351,6 +424,32 @@ def _layerwise_text():
   persistent kernels run one."""
 
 
+def _half_text():
+    """The FP16 bullet, from the figures; a line instead where the stored run has none."""
+    try:
+        fp16 = {batch: chapter.figure(f"LSTM forward in FP16, batch {batch}", _half) for batch in (1, 8, 64)}
+        cudnn16 = {batch: chapter.figure(f"LSTM forward in FP16, batch {batch}", "torch.nn.LSTM FP16 (cuDNN)")
+                   for batch in (1, 8, 64)}
+        off = chapter.figure("largest difference to float64, batch 1")
+        fp32 = {batch: min(_ms(batch, v) for v in (_wavefront, _layerwise)) for batch in (1, 8, 64)}
+        cudnn16_host = chapter.figure("LSTM forward in FP16, batch 64", "torch.nn.LSTM FP16 (cuDNN)", "host_us") / 1e3
+        rows, kb = _traffic["FP16: batch rows a block takes at once, batch 64"], _traffic["FP16: weight bytes a block"] // 1024
+        passes8 = -(-8 // _traffic["wavefront: batch rows a block takes at once, batch 64"])
+    except (KeyError, LookupError):
+        return "- **FP16 on tensor cores**: no stored GPU figures for it yet."
+    return f"""- **FP16 on tensor cores** takes {fp16[1]:.2f} / {fp16[8]:.2f} / {fp16[64]:.1f} ms at batch 1 / 8 / 64: against
+  the fastest float32 kernel ({fp32[1]:.2f} / {fp32[8]:.2f} / {fp32[64]:.1f} ms), {fp32[1] / fp16[1]:.1f}x /
+  {fp32[8] / fp16[8]:.1f}x / {fp32[64] / fp16[64]:.1f}x its speed. At batch 1 a step is latency (the barrier, the
+  loads, the cell) and the tensor cores change little; at batch 8 the float32 wavefront's {passes8} passes
+  over its weights become one n-tile of mma; at batch 64 a block takes {rows} batch rows at a time (what
+  its accumulators hold), so a step is {-(-64 // rows)} passes over its {kb} KB of
+  FP16 weights in shared memory. cuDNN's FP16 LSTM took {cudnn16[1]:.1f} / {cudnn16[8]:.1f} / {cudnn16[64]:.1f} ms:
+  its call waits for the GPU inside and costs its host {cudnn16_host:.0f} ms at batch 64, so here it is timed
+  with its host waits (EXPERIMENTS.md times its kernels alone). FP16 moves the outputs
+  {off["FP16 wavefront"]:.1g} from the exact LSTM at batch 1, against {off["float32 wavefront"]:.1g} for float32: what
+  rounding h and the weights to 11 significant bits costs here."""
+
+
 chapter.lesson("""
 - **Launches, not arithmetic, set the naive LSTM's time**: {naive:.0f} ms for a forward at batch 64
   against {fused:.0f} ms fused ({fused_speedup:.1f}x) for the same arithmetic. The naive LSTM issues
@@ -365,6 +464,7 @@ chapter.lesson("""
   multiplying. It is correct, and it is the structure, but it is slower than cuDNN.
 {wavefront}
 {layerwise}
+{fp16}
 """,
     naive=_ms(64, _naive), fused=_ms(64, _fused), fused_speedup=_ms(64, _naive) / _ms(64, _fused),
     fused_host=chapter.figure("LSTM forward, batch 64", _fused, "host_us") / 1e3,
@@ -373,7 +473,7 @@ chapter.lesson("""
     step1=1e3 * _ms(1, _persistent) / (_traffic["steps"] * _traffic["layers"]),
     p1=_ms(1, _persistent), c1=_ms(1, _cudnn), s1=_ms(1, _cudnn) / _ms(1, _persistent),
     p8=_ms(8, _persistent), c8=_ms(8, _cudnn), p64=_ms(64, _persistent), c64=_ms(64, _cudnn),
-    wavefront=_wavefront_text(), layerwise=_layerwise_text(),
+    wavefront=_wavefront_text(), layerwise=_layerwise_text(), fp16=_half_text(),
 )
 
 # %% [markdown]
@@ -408,8 +508,9 @@ exercises.show("ch10.3")
 # 2. The layer-by-layer kernel's staging of h_{t-1} with `cp.async` (inline PTX, as chapter 09
 #    reaches the tensor cores): the loads in flight without registers to hold them, or the next
 #    chunk's while this one multiplies.
-# 3. FP16 weights: half the shared memory a block, so the wavefront could hold every layer's
-#    weights at larger batch chunks, and the tiles could go to the tensor cores (chapter 09).
+# 3. The FP16 kernel at batch 64: the next chunk's loads in flight during this chunk's cells, or
+#    part of the A fragments in registers (a block reads its 128 KB of weights from shared memory
+#    for every chunk); the first layer's input GEMM on chapter 09's tensor-core GEMM too.
 # 4. The persistent kernel's steps one at a time: which of the wavefront's changes (batch chunks,
 #    the cell in the warp, the barrier without a call) buys how much, with `tools/lstm_bench.py`.
 #

@@ -61,6 +61,7 @@ class FusedLSTM(LSTM):
         blocks = min(-(-B * self.hidden // THREADS), 1024)
         for t in range(T):
             with span(f"step {t}"):
-                gemm(h if t == 0 else y[t - 1], self.w_hh_t[layer], h_terms, stream=stream)
+                # splits=1: one launch (stream-K, the wrapper's choice for so few rows, adds a zeroing one)
+                gemm(h if t == 0 else y[t - 1], self.w_hh_t[layer], h_terms, splits=1, stream=stream)
                 fused_cell_kernel[blocks, THREADS, stream](x_terms[t], h_terms, self.bias[layer], c, y[t])
         h.copy_to_device(y[T - 1], stream=stream)

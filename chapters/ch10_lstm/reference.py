@@ -34,8 +34,16 @@ def sigmoid(z):
     return 1 / (1 + np.exp(-z))
 
 
-def lstm_reference(x, weights, h0=None, c0=None):
-    """(y, h_n, c_n) in float64 for x (T, B, I) and init_lstm's weights; h0, c0 (L, B, H) or zeros."""
+def half(a):
+    """a rounded to FP16 (nearest, ties to even), kept in float64."""
+    return np.asarray(a).astype(np.float16).astype(np.float64)
+
+
+def lstm_reference(x, weights, h0=None, c0=None, fp16=False):
+    """(y, h_n, c_n) in float64 for x (T, B, I) and init_lstm's weights; h0, c0 (L, B, H) or zeros.
+    fp16=True: what the FP16 kernel (half.py) multiplies, exactly: W_hh and h_{t-1}, and past the
+    first layer W_ih and x_t, rounded to FP16 first; the first layer's input term, the sums and the
+    cell stay exact."""
     x = np.asarray(x, np.float64)
     T, B, _ = x.shape
     L, H = len(weights), weights[0]["w_hh"].shape[1]
@@ -45,11 +53,14 @@ def lstm_reference(x, weights, h0=None, c0=None):
     sequence = x
     for layer, w in enumerate(weights):
         w_ih, w_hh = w["w_ih"].astype(np.float64), w["w_hh"].astype(np.float64)
+        to_x = half if fp16 and layer > 0 else np.asarray
+        to_h = half if fp16 else np.asarray
+        w_ih, w_hh = to_x(w_ih), to_h(w_hh)
         bias = w["b_ih"].astype(np.float64) + w["b_hh"].astype(np.float64)
         h, c = h0[layer], c0[layer]
         out = np.empty((T, B, H))
         for t in range(T):
-            z = sequence[t] @ w_ih.T + h @ w_hh.T + bias
+            z = to_x(sequence[t]) @ w_ih.T + to_h(h) @ w_hh.T + bias
             i, f, g, o = sigmoid(z[:, :H]), sigmoid(z[:, H:2 * H]), np.tanh(z[:, 2 * H:3 * H]), sigmoid(z[:, 3 * H:])
             c = f * c + i * g
             h = o * np.tanh(c)
@@ -68,3 +79,13 @@ def tolerance(hidden, input_size):
     far more."""
     per_step = (hidden + input_size + 2) * 2.0 ** -24
     return 1e-4, max(30 * per_step, 2e-6)
+
+
+def tolerance_fp16(hidden, input_size):
+    """(rtol, atol) for the FP16 kernel against lstm_reference(..., fp16=True). Its products are
+    exact (two FP16 values multiply exactly in FP32) and summed in FP32, as the float32 LSTM's; but
+    it rounds a float32 h whose float64 twin may round to the neighbouring FP16 value: each such
+    flip moves a pre-activation by an FP16 step of h (at most 2^-11 for |h| < 1) times a weight (at
+    most 1/sqrt(H)). atol leaves room for 4 flips in one sum."""
+    rtol, atol = tolerance(hidden, input_size)
+    return rtol, max(atol, 4 * 2.0 ** -11 / math.sqrt(hidden))
