@@ -1,0 +1,302 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 11 — Sparse 3-D convolution: rulebooks, gather-GEMM-scatter and the implicit GEMM
+#
+# A LiDAR scan fills a few percent of its voxel grid: the ground, walls, the sides of cars. A
+# sparse convolution computes only at the active voxels, and first has to find, for each output
+# site and each of the 27 taps of a 3x3x3 filter, the active input site under that tap. Then
+#
+#     out[o] = sum over taps k of x[neighbour of o under k] @ w[k]        (C -> K channels)
+#
+# In this chapter you will learn
+# - how a GPU finds neighbours: a hash table of coordinates, filled with atomic compare-and-swap,
+#   and what its load factor does to the probes;
+# - the two maps a sparse convolution is run from: the rulebook (per tap, the (input, output)
+#   pairs: spconv 1.x) and the pair table (per output, its 27 neighbours: spconv 2.x), built once
+#   and shown apart, since a network reuses them across layers;
+# - naive: gather each tap's input rows, a GEMM per tap (chapter 04's), scatter-add into the output;
+# - optimized: one implicit GEMM over the output rows, the gather fused into its tile loads from
+#   the pair table, each output row written once (output-stationary), rows grouped by their tap
+#   masks so that a block skips the taps none of its rows has.
+#
+# Every kernel is checked against two NumPy references (`reference.py`): the definition (the
+# features scattered into a dense grid, a dense convolution, read back at the active sites) at
+# small sizes, and a direct sparse one at any size.
+
+# %%
+# %load_ext autoreload
+# %autoreload 2
+import time
+
+import numpy as np
+
+import workbook
+from workbook import bench, cuda
+
+from chapters.ch11_sparse_conv import implicit, maps, naive, scan
+from chapters.ch11_sparse_conv import reference as ref
+
+print(f"running on: {workbook.MODE}")
+chapter = workbook.Chapter("ch11", "Sparse 3-D convolution: rulebooks, gather-GEMM-scatter, implicit GEMM")
+torch = bench.optional_torch()
+if torch is not None:  # float32 means float32 for torch's GEMMs too
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+CHANNELS = workbook.size(gpu=64, sim=8)
+OUT_CHANNELS = workbook.size(gpu=64, sim=12)
+
+# %% [markdown]
+# ## The data: a LiDAR-like scan, voxelised
+#
+# `scan.lidar_scan` casts a sensor's rays (beams x azimuths) at a ground plane, two walls and
+# boxes standing on the ground; `scan.voxelize` keeps the 0.1 m voxels the points fall in, each
+# once. The features are random here: the convolution's cost depends on where the sites are, not
+# on what they hold.
+
+# %%
+started = time.perf_counter()
+points = scan.lidar_scan(workbook.size(gpu=256, sim=3), workbook.size(gpu=4096, sim=48))
+coords = scan.voxelize(points)
+extent = coords.max(axis=0) + 1
+N = len(coords)
+x = ref.features(N, CHANNELS)
+w = ref.weights(CHANNELS, OUT_CHANNELS)
+print(f"{len(points)} points -> {N} active voxels in a {extent[0]} x {extent[1]} x {extent[2]} grid "
+      f"({N / np.prod(extent):.2%} of it); made in {time.perf_counter() - started:.1f} s on the host")
+
+# %% [markdown]
+# ## The NumPy references
+#
+# The definition: scatter the features into a dense grid, convolve, read back at the active sites
+# (small grids only). The direct reference: each tap's neighbours found by key, any size.
+
+# %%
+workbook.show(ref.submanifold_dense)
+workbook.show(ref.submanifold_direct)
+
+# %% [markdown]
+# ## The hash table and the maps
+#
+# `SiteTable` inserts every site's key (x << 42 | y << 21 | z) into a table of twice as many slots
+# as sites: a thread hashes its key to a slot and claims it with `cuda.atomic.cas` (EMPTY -> key);
+# a thread that finds the slot taken tries the next. A lookup walks the same slots until it finds
+# the key or an empty one, so the probes a key needs are the table's cost.
+
+# %%
+workbook.show(maps.insert_kernel)
+workbook.show(maps.lookup)
+
+# %% [markdown]
+# The pair table is one lookup per (site, tap); the rulebook compacts it tap by tap with an atomic
+# counter a tap.
+
+# %%
+workbook.show(maps.pairs_kernel)
+workbook.show(maps.rulebook_kernel)
+
+# %%
+d_coords = cuda.to_device(coords)
+table = maps.SiteTable(d_coords)
+pairs = table.pairs()
+rules = maps.rulebook(pairs)
+probes = table.probes.copy_to_host()
+neighbours = pairs.neighbours.copy_to_host()
+expected_neighbours = ref.neighbours(coords)
+if not np.array_equal(neighbours, expected_neighbours):
+    bad = np.argwhere(neighbours != expected_neighbours)[0]
+    raise AssertionError(f"pair table wrong at site {bad[0]}, tap {bad[1]}: {neighbours[tuple(bad)]}, "
+                         f"expected {expected_neighbours[tuple(bad)]}")
+pair_count = int(rules.counts.sum())
+map_facts = {"sites": N, "slots": int(table.keys.size), "load factor": N / table.keys.size,
+             "mean probes": float(probes.mean()), "largest probe count": int(probes.max()),
+             "pairs": pair_count, "mean neighbours a site": pair_count / N,
+             "pairs per tap": [int(c) for c in rules.counts]}
+chapter.record("maps", map_facts)
+print(f"hash table: {N} keys in {table.keys.size} slots (load {N / table.keys.size:.2f}): "
+      f"{probes.mean():.2f} probes an insert on average, {probes.max()} at most")
+print(f"pair table correct; {pair_count} pairs, {pair_count / N:.1f} neighbours a site (of 27)")
+
+# %% [markdown]
+# ## Naive: gather, GEMM, scatter, tap by tap (spconv 1.x)
+
+# %%
+workbook.show(naive.GatherGemmScatter.__call__)
+workbook.show(naive.gather_kernel)
+workbook.show(naive.scatter_add_kernel)
+
+# %% [markdown]
+# ## Optimized: one implicit GEMM over the output rows (spconv 2.x)
+#
+# Row i of the GEMM's A is site i's 27 neighbours' features side by side; it is never written. A
+# block loads its A tile through the pair table, skips the taps its rows lack, and writes each
+# output row once. Sorting the rows by their tap mask (once, with the maps) puts rows with the same
+# taps in the same block.
+
+# %%
+workbook.show(implicit.implicit_kernel)
+
+# %%
+gathered = naive.GatherGemmScatter(rules, CHANNELS, OUT_CHANNELS)
+fused = implicit.ImplicitGemm(pairs)
+unsorted = implicit.ImplicitGemm(pairs, sort=False)
+print(f"taps a block of {implicit.BM} rows runs: {fused.taps_per_tile:.1f} of 27 with the rows sorted by mask, "
+      f"{unsorted.taps_per_tile:.1f} in scan order")
+chapter.record("taps a block runs", {"sorted by mask": fused.taps_per_tile, "scan order": unsorted.taps_per_tile})
+
+# %% [markdown]
+# ## Checked, then timed
+#
+# Both variants against the direct reference (float64) on the scan, and against the dense
+# definition on the small cases. Then timed with CUDA events, the maps built beforehand and
+# excluded; beside them, the same gather-GEMM-scatter written with torch (`index_select`, `mm`,
+# `index_add_`) on the same rulebook.
+
+# %%
+rtol, atol = ref.tolerance(CHANNELS)
+for name, small in scan.TINY.items():
+    small = np.asarray(small, np.int32)
+    xs = ref.features(len(small), CHANNELS, seed=2)
+    want = ref.submanifold_dense(small, xs, w)
+    small_pairs = maps.SiteTable(cuda.to_device(small)).pairs()
+    for variant, layer in (("gather-GEMM-scatter", naive.GatherGemmScatter(maps.rulebook(small_pairs), CHANNELS,
+                                                                             OUT_CHANNELS)),
+                           ("implicit GEMM", implicit.ImplicitGemm(small_pairs))):
+        got = layer(cuda.to_device(xs), cuda.to_device(w), cuda.device_array((len(small), OUT_CHANNELS), np.float32))
+        workbook.assert_close(got, want.astype(np.float32), rtol=rtol, atol=atol, name=f"{variant}, {name}")
+print("both variants equal the dense definition on:", ", ".join(scan.TINY))
+
+d_x, d_w = cuda.to_device(x), cuda.to_device(w)
+out_naive, out_fused = (cuda.device_array((N, OUT_CHANNELS), np.float32) for _ in range(2))
+variants = {"gather-GEMM-scatter: a GEMM a tap": lambda: gathered(d_x, d_w, out_naive),
+            "implicit GEMM: gather fused, rows by mask": lambda: fused(d_x, d_w, out_fused),
+            "implicit GEMM, rows in scan order": lambda: unsorted(d_x, d_w, out_fused)}
+baselines = {}
+if torch is not None:
+    t_x, t_w = bench.torch_view(d_x), bench.torch_view(d_w)
+    t_out = torch.zeros((N, OUT_CHANNELS), device="cuda")
+    t_rules = [(bench.torch_view(rules.rule_in[k]).long()[:c], bench.torch_view(rules.rule_out[k]).long()[:c])
+               for k, c in enumerate(rules.counts) if c]
+    taps = [k for k, c in enumerate(rules.counts) if c]
+
+    def torch_gather_gemm_scatter():
+        t_out.zero_()
+        for k, (rule_in, rule_out) in zip(taps, t_rules):
+            t_out.index_add_(0, rule_out, t_x.index_select(0, rule_in) @ t_w[k])
+        return t_out
+    baselines["torch: index_select, mm, index_add_"] = torch_gather_gemm_scatter
+comparison = chapter.compare(
+    "submanifold 3x3x3 convolution", variants, baselines=baselines, flops=2.0 * pair_count * CHANNELS * OUT_CHANNELS,
+    reference=lambda: ref.submanifold_direct(coords, x, w).astype(np.float32),
+    check=lambda out, want, name: workbook.assert_close(out, want, rtol=rtol, atol=atol, name=name),
+    size=f"N={N} C={CHANNELS} K={OUT_CHANNELS} pairs={pair_count}")
+if workbook.ON_GPU:
+    chapter.bar(f"submanifold 3x3x3, {N} voxels, C=K={CHANNELS}: implicit vs gather-GEMM-scatter (speed-up)",
+                comparison.ratio("gather-GEMM-scatter: a GEMM a tap", "implicit GEMM: gather fused, rows by mask"),
+                at_least=2)
+
+# %% [markdown]
+# ## The maps' cost, apart
+#
+# A network builds its maps once per active set and runs many layers on them. Timed here (each
+# build ends by copying something the host needs: the rulebook's tap lengths, the masks to sort),
+# the whole build for each variant.
+
+# %%
+maps_variants = {"hash + pair table + rulebook (gather-GEMM-scatter)":
+                 lambda: maps.rulebook(maps.SiteTable(d_coords).pairs()).rule_in,
+                 "hash + pair table + rows by mask (implicit GEMM)":
+                 lambda: implicit.ImplicitGemm(maps.SiteTable(d_coords).pairs()).order}
+chapter.compare("maps for one active set", maps_variants, size=f"N={N}", poison_outputs=False)
+
+# %% [markdown]
+# ## spconv 2.x
+#
+# spconv is the library these notes come from. It does not run on the GPU machine this workbook is
+# measured on: that machine has no network, so a package must travel with the run, and
+# spconv-cu126's wheel with cumm-cu126's beside it is larger than a run may carry; both are built
+# for CUDA 12.6, where that machine's torch has CUDA 13 (EXPERIMENTS.md has the sizes). The
+# baseline is therefore the same gather-GEMM-scatter in torch. Where spconv is installed, the cell
+# below says so; running the layer through it is one of the things to try.
+
+# %%
+try:
+    import spconv.pytorch  # noqa: F401
+    print("spconv is installed here")
+except ImportError as why:
+    print(f"spconv: not installed here ({why})")
+
+# %% [markdown]
+# ## What the numbers mean
+
+# %%
+_case = "submanifold 3x3x3 convolution"
+_naive, _fused, _scan_order = ("gather-GEMM-scatter: a GEMM a tap", "implicit GEMM: gather fused, rows by mask",
+                               "implicit GEMM, rows in scan order")
+
+
+def _lesson():
+    maps_facts, taps = chapter.figure("maps"), chapter.figure("taps a block runs")
+    try:
+        torch_text = f", and the same gather-GEMM-scatter in torch {chapter.figure(_case, 'torch: index_select, mm, index_add_'):.2f} ms"
+    except LookupError:
+        torch_text = ""
+    chapter.lesson("""
+- **The scan is sparse, and its voxels are surfaces**: {sites} active sites, {neighbours:.1f}
+  neighbours a site on average of 27. A dense 3x3x3 convolution would multiply 27 taps at every
+  voxel of the grid; the sparse one multiplies {pairs} pairs.
+- **The hash table** holds the {sites} keys at a load of {load:.2f}: an insert takes {probes:.2f}
+  probes on average and {most} at most, so a lookup is one or two reads of L2.
+- **Gather-GEMM-scatter** takes {naive_ms:.2f} ms{torch}: each tap is three launches and the pairs'
+  features pass through global memory three more times than the arithmetic needs.
+- **The implicit GEMM** takes {fused_ms:.2f} ms, {speedup:.1f}x faster: one launch, the gather
+  inside the tile loads, each output row written once. Sorted by their tap masks, a block's rows
+  share their taps: a block runs {sorted_taps:.1f} of the 27 taps, against {scan_taps:.1f} in scan order
+  ({scan_ms:.2f} ms).
+- **The maps, apart**: {rulebook_ms:.1f} ms to build the hash table, the pair table and the
+  rulebook; {sorted_ms:.1f} ms for the hash table, the pair table and the rows sorted by mask (sorted on
+  the host, after copying the masks: the part to move to the GPU); a layer takes {fused_ms:.2f} ms. A
+  network builds the maps once per active set and runs every submanifold layer on them.
+""",
+        sites=maps_facts["sites"], neighbours=maps_facts["mean neighbours a site"], pairs=maps_facts["pairs"],
+        load=maps_facts["load factor"], probes=maps_facts["mean probes"], most=maps_facts["largest probe count"],
+        naive_ms=chapter.figure(_case, _naive), torch=torch_text, fused_ms=chapter.figure(_case, _fused),
+        speedup=chapter.figure(_case, _naive) / chapter.figure(_case, _fused), sorted_taps=taps["sorted by mask"],
+        scan_taps=taps["scan order"], scan_ms=chapter.figure(_case, _scan_order),
+        rulebook_ms=chapter.figure("maps for one active set", "hash + pair table + rulebook (gather-GEMM-scatter)"),
+        sorted_ms=chapter.figure("maps for one active set", "hash + pair table + rows by mask (implicit GEMM)"),
+    )
+
+
+try:
+    _lesson()
+except LookupError as why:  # a chapter not yet run on a GPU: no stored figures to fill the text
+    print(f"(the lesson's figures come from a GPU run: {why})")
+
+# %% [markdown]
+# ## More to try
+# 1. A strided convolution (stride 2): new output sites, found by inserting every input's candidate
+#    outputs into a second hash table.
+# 2. The implicit GEMM on tensor cores (chapter 09's `mma.sync`), FP16 features.
+# 3. The mask sort on the GPU (a radix sort of the 27-bit masks) instead of the host's argsort.
+#
+# ## References
+# - Yan Yan, Yuxing Mao and Bo Li, *SECOND: Sparsely Embedded Convolutional Detection*, Sensors 2018
+#   (the rulebook and gather-GEMM-scatter).
+# - spconv 2.x's algorithm notes (`docs/spconv2_algo.pdf`): the implicit GEMM over a pair table
+#   with masks.
+# - Ben Graham and Laurens van der Maaten, *Submanifold Sparse Convolutional Networks*, 2017.
+
+# %%
+chapter.save()

@@ -1,0 +1,119 @@
+"""Chapter 11: the hash table, the pair table and the rulebook against NumPy on the tiny cases
+(one voxel, a line, a plane, no neighbours) and a small scan; both convolutions against the dense
+definition and the direct reference, at channel counts that are not multiples of the tiles, with
+NaN spreading as the reference spreads it; bad input refused with a message naming it."""
+
+import numpy as np
+import pytest
+
+import workbook
+from numba import cuda
+
+from chapters.ch11_sparse_conv import implicit, maps, naive, scan
+from chapters.ch11_sparse_conv import reference as ref
+
+CASES = {**scan.TINY, "a small scan": scan.voxelize(scan.lidar_scan(3, 40))}
+
+
+def _pairs(coords):
+    table = maps.SiteTable(cuda.to_device(np.asarray(coords, np.int32)))
+    return table, table.pairs()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_maps_match_numpy(case):
+    coords = np.asarray(CASES[case], np.int32)
+    table, pairs = _pairs(coords)
+    expected = ref.neighbours(coords)
+    np.testing.assert_array_equal(pairs.neighbours.copy_to_host(), expected)
+    masks = ((expected >= 0) << np.arange(ref.TAPS)).sum(axis=1)
+    np.testing.assert_array_equal(pairs.masks.copy_to_host(), masks)
+    assert (table.probes.copy_to_host() >= 1).all()
+    stored = table.keys.copy_to_host()
+    assert sorted(stored[stored != maps.EMPTY]) == sorted(ref.key(coords))  # every key once, nothing else
+    rules = maps.rulebook(pairs)
+    rule_in, rule_out = rules.rule_in.copy_to_host(), rules.rule_out.copy_to_host()
+    for k in range(ref.TAPS):
+        n = rules.counts[k]
+        got = sorted(zip(rule_in[k, :n], rule_out[k, :n]))
+        assert got == sorted((expected[i, k], i) for i in np.flatnonzero(expected[:, k] >= 0)), f"tap {k}"
+    assert rules.counts[ref.CENTRE] == len(coords)  # the centre tap: every site is its own neighbour
+
+
+def test_tiny_cases_have_the_neighbours_known_by_hand():
+    assert (ref.neighbours(scan.TINY["no neighbours"]) >= 0).sum() == 6  # only the centre taps
+    line = ref.neighbours(scan.TINY["a line of 33"])
+    assert (line >= 0).sum(axis=1).tolist() == [2] + [3] * 31 + [2]
+    plane = (ref.neighbours(scan.TINY["a 6 x 6 plane"]) >= 0).sum(axis=1)
+    assert plane.max() == 9 and plane.min() == 4
+
+
+def test_a_full_probe_sequence_wraps_around_the_table():
+    """More keys than one cluster of slots: probe counts above one, every key still found."""
+    coords = np.stack(np.meshgrid(np.arange(7), np.arange(5), np.arange(3), indexing="ij"), -1).reshape(-1, 3)
+    table, pairs = _pairs(coords)
+    assert table.keys.size >= 2 * len(coords)
+    np.testing.assert_array_equal(pairs.neighbours.copy_to_host(), ref.neighbours(coords))
+
+
+def _layers(coords):
+    _, pairs = _pairs(coords)
+    return {"gather-GEMM-scatter": lambda C, K: naive.GatherGemmScatter(maps.rulebook(pairs), C, K),
+            "implicit": lambda C, K: implicit.ImplicitGemm(pairs),
+            "implicit, scan order": lambda C, K: implicit.ImplicitGemm(pairs, sort=False)}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("channels, out_channels", [(1, 1), (5, 7), (9, 17)])
+def test_convolutions_match_the_references(case, channels, out_channels):
+    coords = np.asarray(CASES[case], np.int32)
+    x = ref.features(len(coords), channels, seed=len(coords))
+    w = ref.weights(channels, out_channels, seed=channels)
+    want = ref.submanifold_direct(coords, x, w)
+    if len(coords) <= 64:
+        np.testing.assert_allclose(want, ref.submanifold_dense(coords, x, w), rtol=1e-12, atol=1e-12)
+    rtol, atol = ref.tolerance(channels)
+    for name, make in _layers(coords).items():
+        out = cuda.to_device(np.full((len(coords), out_channels), np.nan, np.float32))
+        make(channels, out_channels)(cuda.to_device(x), cuda.to_device(w), out)
+        workbook.assert_close(out.copy_to_host(), want.astype(np.float32), rtol=rtol, atol=atol, name=name)
+
+
+@pytest.mark.parametrize("variant", ["gather-GEMM-scatter", "implicit"])
+def test_nan_spreads_to_the_sites_whose_window_holds_it(variant):
+    coords = np.asarray(scan.TINY["a line of 33"], np.int32)
+    x = ref.features(33, 4)
+    x[10, 2] = np.nan
+    w = ref.weights(4, 3)
+    out = cuda.device_array((33, 3), np.float32)
+    _layers(coords)[variant](4, 3)(cuda.to_device(x), cuda.to_device(w), out)
+    got = out.copy_to_host()
+    assert np.isnan(got[9:12]).all() and not np.isnan(np.delete(got, [9, 10, 11], axis=0)).any()
+
+
+def test_bad_input_is_refused_with_a_message():
+    with pytest.raises(ValueError, match="repeat a coordinate"):
+        maps.SiteTable(cuda.to_device(np.array([[1, 2, 3], [1, 2, 3]], np.int32)))
+    with pytest.raises(ValueError, match="outside"):
+        maps.SiteTable(cuda.to_device(np.array([[1, -2, 3]], np.int32)))
+    with pytest.raises(ValueError, match=r"expected \(N, 3\)"):
+        maps.SiteTable(cuda.to_device(np.zeros((4, 2), np.int32)))
+    with pytest.raises(TypeError, match="int32"):
+        maps.SiteTable(cuda.to_device(np.zeros((4, 3), np.int64)))
+    _, pairs = _pairs(scan.TINY["a 6 x 6 plane"])
+    layer = implicit.ImplicitGemm(pairs)
+    x, w = cuda.to_device(np.zeros((36, 4), np.float32)), cuda.to_device(np.zeros((27, 4, 2), np.float32))
+    with pytest.raises(ValueError, match="x has 35 rows, the maps have 36 sites"):
+        layer(cuda.to_device(np.zeros((35, 4), np.float32)), w, cuda.device_array((36, 2), np.float32))
+    with pytest.raises(ValueError, match=r"w has shape \(27, 5, 2\)"):
+        layer(x, cuda.to_device(np.zeros((27, 5, 2), np.float32)), cuda.device_array((36, 2), np.float32))
+    with pytest.raises(ValueError, match="out has shape"):
+        layer(x, w, cuda.device_array((36, 3), np.float32))
+
+
+def test_the_scan_is_deterministic_and_on_surfaces():
+    a, b = scan.lidar_scan(4, 64), scan.lidar_scan(4, 64)
+    np.testing.assert_array_equal(a, b)
+    coords = scan.voxelize(scan.lidar_scan(16, 512))
+    assert len(np.unique(ref.key(coords))) == len(coords) and coords.min() == 0
+    assert (ref.neighbours(coords) >= 0).sum(axis=1).mean() > 2.5  # voxels on surfaces have neighbours
