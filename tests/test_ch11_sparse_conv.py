@@ -79,6 +79,29 @@ def test_convolutions_match_the_references(case, channels, out_channels):
         workbook.assert_close(out.copy_to_host(), want.astype(np.float32), rtol=rtol, atol=atol, name=name)
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_strided_outputs_and_convolution_match_the_definition(case):
+    """Stride 2: the output sites (a second hash table, numbered by the threads that claim them)
+    are the definition's, as a set; the pairs and both convolutions match the references."""
+    coords = np.asarray(CASES[case], np.int32)
+    channels, out_channels = 5, 7
+    x, w = ref.features(len(coords), channels, seed=3), ref.weights(channels, out_channels, seed=4)
+    out_coords, pairs = maps.SiteTable(cuda.to_device(coords)).strided()
+    got_coords = out_coords.copy_to_host()
+    assert sorted(ref.key(got_coords)) == sorted(ref.key(ref.strided_outputs(coords)))
+    np.testing.assert_array_equal(pairs.neighbours.copy_to_host(), ref.neighbours(coords, got_coords, 2))
+    want = ref.submanifold_direct(coords, x, w, got_coords, 2)
+    if len(coords) <= 64:
+        dense_coords, dense = ref.strided_dense(coords, x, w)
+        by_key = dict(zip(ref.key(dense_coords), dense))
+        np.testing.assert_allclose(want, [by_key[k] for k in ref.key(got_coords)], rtol=1e-12, atol=1e-12)
+    rtol, atol = ref.tolerance(channels)
+    for name, layer in (("gather-GEMM-scatter", naive.GatherGemmScatter(maps.rulebook(pairs), channels, out_channels)),
+                        ("implicit", implicit.ImplicitGemm(pairs))):
+        out = layer(cuda.to_device(x), cuda.to_device(w), cuda.device_array((len(got_coords), out_channels), np.float32))
+        workbook.assert_close(out.copy_to_host(), want.astype(np.float32), rtol=rtol, atol=atol, name=name)
+
+
 @pytest.mark.parametrize("variant", ["gather-GEMM-scatter", "implicit"])
 def test_nan_spreads_to_the_sites_whose_window_holds_it(variant):
     coords = np.asarray(scan.TINY["a line of 33"], np.int32)
@@ -103,7 +126,7 @@ def test_bad_input_is_refused_with_a_message():
     _, pairs = _pairs(scan.TINY["a 6 x 6 plane"])
     layer = implicit.ImplicitGemm(pairs)
     x, w = cuda.to_device(np.zeros((36, 4), np.float32)), cuda.to_device(np.zeros((27, 4, 2), np.float32))
-    with pytest.raises(ValueError, match="x has 35 rows, the maps have 36 sites"):
+    with pytest.raises(ValueError, match="x has 35 rows, the maps have 36 input sites"):
         layer(cuda.to_device(np.zeros((35, 4), np.float32)), w, cuda.device_array((36, 2), np.float32))
     with pytest.raises(ValueError, match=r"w has shape \(27, 5, 2\)"):
         layer(x, cuda.to_device(np.zeros((27, 5, 2), np.float32)), cuda.device_array((36, 2), np.float32))

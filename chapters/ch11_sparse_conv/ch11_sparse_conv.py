@@ -207,6 +207,38 @@ if workbook.ON_GPU:
                 at_least=2)
 
 # %% [markdown]
+# ## A strided convolution: new output sites
+#
+# With stride 2 the output sites are new: output p sees the inputs 2p - 1 .. 2p + 1 on each axis,
+# so an input feeds up to 8 outputs. `SiteTable.strided` inserts every input's candidates into a
+# second hash table, and the thread whose compare-and-swap claims a key numbers it (an atomic
+# counter): the output sites come out in no fixed order, and the checks compare them as a set.
+# Then the same pair-table kernel, looking up 2p + offset, and the same two convolutions.
+
+# %%
+workbook.show(maps.strided_outputs_kernel)
+
+# %%
+out_coords, strided_pairs = table.strided()
+strided_coords = out_coords.copy_to_host()
+if sorted(ref.key(strided_coords)) != sorted(ref.key(ref.strided_outputs(coords))):
+    raise AssertionError("the strided convolution's output sites differ from the definition's")
+strided_rules = maps.rulebook(strided_pairs)
+M, strided_count = len(strided_coords), int(strided_rules.counts.sum())
+chapter.record("strided maps", {"input sites": N, "output sites": M, "pairs": strided_count})
+print(f"stride 2: {N} input sites -> {M} output sites, {strided_count} pairs")
+strided_layers = {"gather-GEMM-scatter: a GEMM a tap": naive.GatherGemmScatter(strided_rules, CHANNELS, OUT_CHANNELS),
+                  "implicit GEMM: gather fused, rows by mask": implicit.ImplicitGemm(strided_pairs)}
+strided_out = cuda.device_array((M, OUT_CHANNELS), np.float32)
+chapter.compare(
+    "strided 3x3x3 convolution, stride 2",
+    {name: (lambda layer=layer: layer(d_x, d_w, strided_out)) for name, layer in strided_layers.items()},
+    flops=2.0 * strided_count * CHANNELS * OUT_CHANNELS,
+    reference=lambda: ref.submanifold_direct(coords, x, w, strided_coords, 2).astype(np.float32),
+    check=lambda out, want, name: workbook.assert_close(out, want, rtol=rtol, atol=atol, name=name),
+    size=f"N={N} M={M} C={CHANNELS} K={OUT_CHANNELS} pairs={strided_count}")
+
+# %% [markdown]
 # ## The maps' cost, apart
 #
 # A network builds its maps once per active set and runs many layers on them. Timed here (each
@@ -285,9 +317,33 @@ except LookupError as why:  # a chapter not yet run on a GPU: no stored figures 
     print(f"(the lesson's figures come from a GPU run: {why})")
 
 # %% [markdown]
+# ## Exercises you can check
+#
+# `exercises.py` beside this notebook holds three exercises, each a stub with its spec. Each cell
+# below shows one and runs its check: *not attempted*, *wrong* (with what is wrong) or *correct*.
+# Edit `exercises.py` between `# >>> ch11.N` and `# <<< ch11.N`, save, and re-run the cell.
+# `python -m pytest --exercises -k ch11` checks them all at once.
+
+# %%
+from workbook import exercises  # noqa: E402
+
+exercises.show("ch11.1")
+
+# %%
+exercises.show("ch11.2")
+
+# %% [markdown]
+# ch11.3 scatters every tap's products in one launch. Within a tap no output row repeats, across
+# taps they do: find the lost update (the simulator's sanitizer names both threads) and make the
+# adds safe.
+
+# %%
+exercises.show("ch11.3")
+
+# %% [markdown]
 # ## More to try
-# 1. A strided convolution (stride 2): new output sites, found by inserting every input's candidate
-#    outputs into a second hash table.
+# 1. A strided layer's output sites in key order (a sort of the claimed keys), so that a network's
+#    layers see them in the same order on every run.
 # 2. The implicit GEMM on tensor cores (chapter 09's `mma.sync`), FP16 features.
 # 3. The mask sort on the GPU (a radix sort of the 27-bit masks) instead of the host's argsort.
 #

@@ -42,7 +42,7 @@ def next_tap(taps, k):
 def load_tiles(x, w, neighbours, order, k, c0, row0, col0, t, next_a, next_b):
     """This thread's share of step (tap k, channels c0 ..)'s tiles, into registers: A gathered
     through the pair table (a warp reads BK consecutive channels of one row's source), B from w."""
-    N, C = x.shape
+    N, C = neighbours.shape[0], x.shape[1]  # N: output rows
     K = w.shape[2]
     r0, c = row0 + t // BK, c0 + t % BK  # a thread loads one channel of rows r0, r0 + A_STEP, ...
     for q in range(A_LOADS):
@@ -56,11 +56,11 @@ def load_tiles(x, w, neighbours, order, k, c0, row0, col0, t, next_a, next_b):
 
 @cuda.jit
 def implicit_kernel(x, w, neighbours, order, tile_masks, out):
-    """out[order[r], :] for the block's rows r: x (N, C), w (27, C, K), neighbours (N, 27),
-    order (N,) the rows by mask, tile_masks (row tiles,) the OR of a tile's row masks.
+    """out[order[r], :] for the block's rows r: x (inputs, C), w (27, C, K), neighbours (N, 27),
+    out (N, K), order (N,) the rows by mask, tile_masks (row tiles,) the OR of a tile's row masks.
     The block runs steps of BK channels of one tap, over the taps its rows have: each step's
     tiles are loaded into registers while the last step's are multiplied."""
-    N, C = x.shape
+    N, C = neighbours.shape[0], x.shape[1]  # N: output rows
     K = w.shape[2]
     t = cuda.threadIdx.x
     tx, ty = t % COLUMNS, t // COLUMNS
@@ -122,15 +122,15 @@ class ImplicitGemm:
     def __init__(self, pairs, sort=True, stream=0):
         masks = pairs.masks.copy_to_host(stream=stream)
         order = np.argsort(masks, kind="stable").astype(np.int32) if sort else np.arange(len(masks), dtype=np.int32)
-        self.neighbours = pairs.neighbours
+        self.neighbours, self.inputs = pairs.neighbours, pairs.inputs
         self.order = cuda.to_device(order, stream=stream)
         self.tile_masks = cuda.to_device(tile_masks(masks, order), stream=stream)
         self.taps_per_tile = float(np.mean([bin(m).count("1") for m in tile_masks(masks, order)]))
 
     def __call__(self, x, w, out, stream=0):
         """x (N, C), w (27, C, K), out (N, K): float32 device arrays."""
-        x, w, out = check_layer(x, w, out, self.neighbours.shape[0])
-        N, K = x.shape[0], w.shape[2]
+        x, w, out = check_layer(x, w, out, self.inputs, self.neighbours.shape[0])
+        N, K = out.shape
         implicit_kernel[(-(-N // BM), -(-K // BN)), THREADS, stream](x, w, self.neighbours, self.order,
                                                                      self.tile_masks, out)
         return out

@@ -14,7 +14,10 @@ that offset, if there is one. Built once, the maps serve every layer with the sa
   what gather-GEMM-scatter reads.
 
     SiteTable(coords)            the hash table of N sites; .probes: each insert's probe count
-    table.pairs() -> Pairs       pair table and masks, on the device
+    table.pairs() -> Pairs       pair table and masks, on the device (submanifold: outputs = inputs)
+    table.strided() -> (coords, Pairs)
+                                 a stride-2 convolution's output sites (new ones: found by inserting
+                                 every input's candidate outputs into a second table) and its pairs
     rulebook(pairs) -> Rulebook  per-tap pair lists, and their lengths on the host
 """
 
@@ -102,19 +105,59 @@ def lookup(table_keys, table_values, shift, key):
 
 
 @cuda.jit
-def pairs_kernel(coords, table_keys, table_values, shift, offsets, neighbours, masks):
-    """neighbours[i, k]: the site at coords[i] + offsets[k], or -1; masks[i]: bit k set where there is one."""
+def pairs_kernel(coords, stride, table_keys, table_values, shift, offsets, neighbours, masks):
+    """neighbours[i, k]: the input site at stride * coords[i] + offsets[k], or -1 (coords: the output
+    sites); masks[i]: bit k set where there is one."""
     i = cuda.grid(1)
     if i >= coords.shape[0]:
         return
     mask = 0
     for k in range(offsets.shape[0]):
-        key = key_of(coords[i, 0] + offsets[k, 0], coords[i, 1] + offsets[k, 1], coords[i, 2] + offsets[k, 2])
+        key = key_of(stride * coords[i, 0] + offsets[k, 0], stride * coords[i, 1] + offsets[k, 1],
+                     stride * coords[i, 2] + offsets[k, 2])
         j = lookup(table_keys, table_values, shift, key)
         neighbours[i, k] = j
         if j >= 0:
             mask |= 1 << k
     masks[i] = mask
+
+
+@cuda.jit
+def strided_outputs_kernel(coords, table_keys, table_values, shift, count, out_coords):
+    """The output sites of a stride-2, 3x3x3 convolution (padding 1): output p sees inputs 2p - 1 ..
+    2p + 1 on each axis, so input c feeds p = c / 2 where c is even, (c - 1) / 2 and (c + 1) / 2
+    where it is odd: up to 8 candidates. Each goes into the output table; the thread whose
+    compare-and-swap claims a key numbers it (an atomic counter) and writes its coordinate."""
+    i = cuda.grid(1)
+    if i >= coords.shape[0]:
+        return
+    mask = table_keys.size - 1
+    for corner in range(8):
+        p = cuda.local.array(3, np.int32)
+        whole = True
+        for axis in range(3):
+            c = coords[i, axis]
+            up = (corner >> axis) & 1
+            if c % 2 == 0:
+                whole = whole and up == 0  # one candidate along an even axis
+                p[axis] = c // 2
+            else:
+                p[axis] = (c + 1) // 2 if up else (c - 1) // 2
+        if not whole:
+            continue
+        key = key_of(p[0], p[1], p[2])
+        slot = first_slot(key, shift)
+        while True:
+            previous = cuda.atomic.cas(table_keys, slot, numba.int64(EMPTY), key)
+            if previous == EMPTY:
+                at = cuda.atomic.add(count, 0, 1)
+                table_values[slot] = at
+                for axis in range(3):
+                    out_coords[at, axis] = p[axis]
+                break
+            if previous == key:  # another input's candidate: numbered by its thread
+                break
+            slot = (slot + 1) & mask
 
 
 @cuda.jit
@@ -137,17 +180,21 @@ def _blocks(n):
 
 @dataclass
 class Pairs:
-    """The pair table of N output sites: neighbours (N, 27) int32 and masks (N,) int32, on the device."""
+    """The pair table of N output sites: neighbours (N, 27) int32 and masks (N,) int32, on the
+    device; inputs: the number of input sites the neighbours index."""
     neighbours: object
     masks: object
+    inputs: int
 
 
 @dataclass
 class Rulebook:
-    """Per tap k: rule_in[k, :counts[k]] -> rule_out[k, :counts[k]] (device, (27, N) int32)."""
+    """Per tap k: rule_in[k, :counts[k]] -> rule_out[k, :counts[k]] (device, (27, N) int32, N the
+    output sites); inputs: the number of input sites."""
     rule_in: object
     rule_out: object
     counts: np.ndarray  # on the host: the GEMM sizes
+    inputs: int
 
 
 class SiteTable:
@@ -172,10 +219,31 @@ class SiteTable:
 
     def pairs(self, stream=0):
         n = self.coords.shape[0]
-        out = Pairs(cuda.device_array((n, TAPS), np.int32, stream=stream), cuda.device_array(n, np.int32, stream=stream))
-        pairs_kernel[_blocks(n), THREADS, stream](self.coords, self.keys, self.values, self.shift, _offsets(),
+        out = Pairs(cuda.device_array((n, TAPS), np.int32, stream=stream), cuda.device_array(n, np.int32, stream=stream),
+                    n)
+        pairs_kernel[_blocks(n), THREADS, stream](self.coords, 1, self.keys, self.values, self.shift, _offsets(),
                                                    out.neighbours, out.masks)
         return out
+
+    def strided(self, stream=0):
+        """(out_coords, Pairs) of the stride-2 convolution: its output sites (device, (M, 3) int32, in
+        the order their threads numbered them) and, for each, its input neighbours under each tap."""
+        n = self.coords.shape[0]
+        slots = capacity(8 * n)  # at most 8 candidates an input
+        keys = cuda.to_device(np.full(slots, EMPTY, np.int64), stream=stream)
+        values = cuda.device_array(slots, np.int32, stream=stream)
+        count = cuda.to_device(np.zeros(1, np.int32), stream=stream)
+        found = cuda.device_array((8 * n, 3), np.int32, stream=stream)
+        strided_outputs_kernel[_blocks(n), THREADS, stream](self.coords, keys, values,
+                                                            np.int64(64 - (slots.bit_length() - 1)), count, found)
+        m = int(count.copy_to_host(stream=stream)[0])
+        out_coords = cuda.device_array((m, 3), np.int32, stream=stream)
+        out_coords.copy_to_device(found[:m], stream=stream)
+        out = Pairs(cuda.device_array((m, TAPS), np.int32, stream=stream), cuda.device_array(m, np.int32, stream=stream),
+                    n)
+        pairs_kernel[_blocks(m), THREADS, stream](out_coords, 2, self.keys, self.values, self.shift, _offsets(),
+                                                   out.neighbours, out.masks)
+        return out_coords, out
 
 
 _device_offsets = {}
@@ -194,16 +262,17 @@ def rulebook(pairs, stream=0):
     rule_in = cuda.device_array((TAPS, n), np.int32, stream=stream)
     rule_out = cuda.device_array((TAPS, n), np.int32, stream=stream)
     rulebook_kernel[_blocks(n), THREADS, stream](pairs.neighbours, counts, rule_in, rule_out)
-    return Rulebook(rule_in, rule_out, counts.copy_to_host(stream=stream))
+    return Rulebook(rule_in, rule_out, counts.copy_to_host(stream=stream), pairs.inputs)
 
 
-def check_layer(x, w, out, sites):
-    """A layer's arrays, checked against each other and the maps' `sites` (both variants' wrappers)."""
+def check_layer(x, w, out, sites, out_sites):
+    """A layer's arrays, checked against each other and the maps' input and output sites (both
+    variants' wrappers)."""
     x = require(x, "x", dtype=np.float32, ndim=2)
     w = require(w, "w", dtype=np.float32, ndim=3)
     if x.shape[0] != sites:
-        raise ValueError(f"x has {x.shape[0]} rows, the maps have {sites} sites")
+        raise ValueError(f"x has {x.shape[0]} rows, the maps have {sites} input sites")
     if w.shape[0] != TAPS or w.shape[1] != x.shape[1]:
         raise ValueError(f"w has shape {tuple(w.shape)}, expected ({TAPS}, {x.shape[1]}, K): a 3x3x3 filter "
                          f"over x's {x.shape[1]} channels")
-    return x, w, require(out, "out", dtype=np.float32, shape=(sites, w.shape[2]))
+    return x, w, require(out, "out", dtype=np.float32, shape=(out_sites, w.shape[2]))

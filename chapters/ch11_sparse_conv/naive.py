@@ -53,7 +53,7 @@ class GatherGemmScatter:
     """The submanifold convolution through a rulebook (maps.rulebook): out = conv(x, w)."""
 
     def __init__(self, rules, channels, out_channels, stream=0):
-        self.rules, self.sites = rules, rules.rule_in.shape[1]
+        self.rules = rules
         self.C, self.K = channels, out_channels
         largest = max(1, int(rules.counts.max()))
         self.gathered = cuda.device_array((largest, channels), np.float32, stream=stream)
@@ -61,7 +61,7 @@ class GatherGemmScatter:
 
     def __call__(self, x, w, out, stream=0):
         """x (N, C), w (27, C, K), out (N, K): float32 device arrays."""
-        x, w, out = check_layer(x, w, out, self.sites)
+        x, w, out = check_layer(x, w, out, self.rules.inputs, self.rules.rule_in.shape[1])
         zero_kernel[_grid(out.size), THREADS, stream](out)
         for k in range(TAPS):
             n = int(self.rules.counts[k])

@@ -28,22 +28,25 @@ def key(coords):
     return np.where(inside, (c[..., 0] << 2 * BITS) | (c[..., 1] << BITS) | c[..., 2], -1)
 
 
-def neighbours(coords):
-    """(N, 27) int32: for site i and tap k, the index of the site at coords[i] + OFFSETS[k], or -1."""
+def neighbours(coords, out_coords=None, stride=1):
+    """(M, 27) int32: for output site o and tap k, the index of the input site at
+    stride * out_coords[o] + OFFSETS[k], or -1 (out_coords: the input sites by default)."""
     keys = key(coords)
     order = np.argsort(keys)
     sorted_keys = keys[order]
-    wanted = key(np.asarray(coords, np.int64)[:, None, :] + OFFSETS[None])
+    out_coords = coords if out_coords is None else out_coords
+    wanted = key(stride * np.asarray(out_coords, np.int64)[:, None, :] + OFFSETS[None])
     at = np.clip(np.searchsorted(sorted_keys, wanted), 0, len(keys) - 1)
     found = (sorted_keys[at] == wanted) & (wanted >= 0)
     return np.where(found, order[at], -1).astype(np.int32)
 
 
-def submanifold_direct(coords, x, w):
-    """out (N, K) float64: the submanifold 3x3x3 convolution, tap by tap through neighbours()."""
-    nbr = neighbours(coords)
+def submanifold_direct(coords, x, w, out_coords=None, stride=1):
+    """out (M, K) float64: the 3x3x3 convolution at the output sites, tap by tap through
+    neighbours() (submanifold: out_coords = coords, stride 1)."""
+    nbr = neighbours(coords, out_coords, stride)
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
-    out = np.zeros((len(x), w.shape[2]))
+    out = np.zeros((len(nbr), w.shape[2]))
     for k in range(TAPS):
         has = nbr[:, k] >= 0
         out[has] += x[nbr[has, k]] @ w[k]
@@ -62,6 +65,36 @@ def submanifold_dense(coords, x, w):
     for k, (dx, dy, dz) in enumerate(OFFSETS):
         out += grid[tuple((coords + 1 + (dx, dy, dz)).T)] @ np.asarray(w[k], np.float64)
     return out
+
+
+def strided_outputs(coords):
+    """The output sites of a stride-2 3x3x3 convolution with padding 1, by definition: every p whose
+    window 2p - 1 .. 2p + 1 (each axis) holds an active input; (M, 3) in key order."""
+    c = np.asarray(coords, np.int64)
+    # along an even axis p = c / 2; along an odd one both (c - 1) / 2 and (c + 1) / 2
+    p = np.concatenate([c // 2 + np.asarray(shift) * (c % 2) for shift in np.ndindex(2, 2, 2)])
+    keys = np.unique(key(p))
+    return np.stack([keys >> 2 * BITS, (keys >> BITS) & ((1 << BITS) - 1), keys & ((1 << BITS) - 1)], axis=1)
+
+
+def strided_dense(coords, x, w):
+    """(out_coords, out): the stride-2 convolution by definition: a dense grid, every output p whose
+    window holds an active input, out[p] = sum over taps of grid[2p + offset] @ w[k]. Small grids."""
+    coords = np.asarray(coords)
+    shape = coords.max(axis=0) + 4
+    grid = np.zeros((*shape, x.shape[1]))
+    grid[tuple((coords + 1).T)] = x
+    active = np.zeros(shape, bool)
+    active[tuple((coords + 1).T)] = True
+    outputs = [p for p in np.ndindex(*(shape // 2)) if any(
+        active[tuple(2 * np.asarray(p) + 1 + o)] for o in OFFSETS if (2 * np.asarray(p) + 1 + o < shape).all())]
+    outputs = np.asarray(outputs, np.int64).reshape(-1, 3)
+    out = np.zeros((len(outputs), w.shape[2]))
+    for k, o in enumerate(OFFSETS):
+        at = 2 * outputs + 1 + o
+        inside = (at < shape).all(axis=1)
+        out[inside] += grid[tuple(at[inside].T)] @ np.asarray(w[k], np.float64)
+    return outputs, out
 
 
 def tolerance(channels, taps_used=TAPS):
