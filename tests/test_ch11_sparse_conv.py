@@ -9,7 +9,7 @@ import pytest
 import workbook
 from numba import cuda
 
-from chapters.ch11_sparse_conv import implicit, maps, naive, scan
+from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, scan
 from chapters.ch11_sparse_conv import reference as ref
 
 CASES = {**scan.TINY, "a small scan": scan.voxelize(scan.lidar_scan(3, 40))}
@@ -56,11 +56,33 @@ def test_a_full_probe_sequence_wraps_around_the_table():
     np.testing.assert_array_equal(pairs.neighbours.copy_to_host(), ref.neighbours(coords))
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_rows_grouped_by_mask_on_the_gpu(case):
+    """The counting sort: every row once, the buckets (top bits of the masks) in order, and each
+    tile's mask the OR of its rows'."""
+    _, pairs = _pairs(CASES[case])
+    masks = pairs.masks.copy_to_host()
+    order = grouping.group_by_mask(pairs.masks).copy_to_host()
+    assert sorted(order) == list(range(len(masks)))
+    buckets = masks[order] >> (ref.TAPS - grouping.GROUP_BITS)
+    assert (np.diff(buckets) >= 0).all()
+    tiles = grouping.tile_masks(pairs.masks, cuda.to_device(order), 4).copy_to_host()
+    expected = [np.bitwise_or.reduce(masks[order[t:t + 4]]) for t in range(0, len(order), 4)]
+    np.testing.assert_array_equal(tiles, expected)
+
+
+def test_the_scan_of_the_bucket_counts():
+    counts = np.random.default_rng(0).integers(0, 5, grouping.BUCKETS).astype(np.int32)
+    starts = cuda.device_array(grouping.BUCKETS, np.int32)
+    grouping.scan_kernel[1, grouping.SCAN_THREADS](cuda.to_device(counts), starts)
+    np.testing.assert_array_equal(starts.copy_to_host(), np.concatenate([[0], np.cumsum(counts)[:-1]]))
+
+
 def _layers(coords):
     _, pairs = _pairs(coords)
     return {"gather-GEMM-scatter": lambda C, K: naive.GatherGemmScatter(maps.rulebook(pairs), C, K),
             "implicit": lambda C, K: implicit.ImplicitGemm(pairs),
-            "implicit, scan order": lambda C, K: implicit.ImplicitGemm(pairs, sort=False)}
+            "implicit, scan order": lambda C, K: implicit.ImplicitGemm(pairs, group=False)}
 
 
 @pytest.mark.parametrize("case", list(CASES))

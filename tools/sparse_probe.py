@@ -41,6 +41,6 @@ times = bench.time_interleaved({name: (lambda layer=layer, name=name: layer(d_x,
                                 for name, layer in layers.items()}, repeats=15)
 flops = 2.0 * rules.counts.sum() * C * C
 print(f"N={N} pairs={rules.counts.sum()} tile {im.BM}x{im.BN}x{im.BK}, {im.TM}x{im.TN} a thread "
-      f"({im.THREADS} threads), {layers['implicit'].taps_per_tile:.1f} taps a block: " +
+      f"({im.THREADS} threads), {layers['implicit'].taps_per_tile():.1f} taps a block: " +
       ", ".join(f"{name} {np.median(t):.3f} ms [{np.percentile(t, 25):.3f}-{np.percentile(t, 75):.3f}] "
                 f"({flops / np.median(t) / 1e9:.1f} TFLOP/s)" for name, t in times.items()), flush=True)

@@ -45,7 +45,7 @@ import numpy as np
 import workbook
 from workbook import bench, cuda
 
-from chapters.ch11_sparse_conv import implicit, maps, naive, scan
+from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, scan
 from chapters.ch11_sparse_conv import reference as ref
 
 print(f"running on: {workbook.MODE}")
@@ -141,19 +141,20 @@ workbook.show(naive.scatter_add_kernel)
 #
 # Row i of the GEMM's A is site i's 27 neighbours' features side by side; it is never written. A
 # block loads its A tile through the pair table, skips the taps its rows lack, and writes each
-# output row once. Sorting the rows by their tap mask (once, with the maps) puts rows with the same
-# taps in the same block.
+# output row once. Grouping the rows by their tap masks (once, with the maps) puts rows with the
+# same taps in the same block: a counting sort on the GPU, on the masks' top bits.
 
 # %%
 workbook.show(implicit.implicit_kernel)
+workbook.show(grouping.scan_kernel)
 
 # %%
 gathered = naive.GatherGemmScatter(rules, CHANNELS, OUT_CHANNELS)
 fused = implicit.ImplicitGemm(pairs)
-unsorted = implicit.ImplicitGemm(pairs, sort=False)
-print(f"taps a block of {implicit.BM} rows runs: {fused.taps_per_tile:.1f} of 27 with the rows sorted by mask, "
-      f"{unsorted.taps_per_tile:.1f} in scan order")
-chapter.record("taps a block runs", {"sorted by mask": fused.taps_per_tile, "scan order": unsorted.taps_per_tile})
+unsorted = implicit.ImplicitGemm(pairs, group=False)
+print(f"taps a block of {implicit.BM} rows runs: {fused.taps_per_tile():.1f} of 27 with the rows grouped by mask, "
+      f"{unsorted.taps_per_tile():.1f} in scan order")
+chapter.record("taps a block runs", {"grouped by mask": fused.taps_per_tile(), "scan order": unsorted.taps_per_tile()})
 
 # %% [markdown]
 # ## Checked, then timed
@@ -241,14 +242,14 @@ chapter.compare(
 # %% [markdown]
 # ## The maps' cost, apart
 #
-# A network builds its maps once per active set and runs many layers on them. Timed here (each
-# build ends by copying something the host needs: the rulebook's tap lengths, the masks to sort),
-# the whole build for each variant.
+# A network builds its maps once per active set and runs many layers on them. Timed here, the
+# whole build for each variant (the rulebook's ends by copying its tap lengths to the host: the
+# GEMMs' sizes).
 
 # %%
 maps_variants = {"hash + pair table + rulebook (gather-GEMM-scatter)":
                  lambda: maps.rulebook(maps.SiteTable(d_coords).pairs()).rule_in,
-                 "hash + pair table + rows by mask (implicit GEMM)":
+                 "hash + pair table + rows grouped by mask (implicit GEMM)":
                  lambda: implicit.ImplicitGemm(maps.SiteTable(d_coords).pairs()).order}
 chapter.compare("maps for one active set", maps_variants, size=f"N={N}", poison_outputs=False)
 
@@ -278,8 +279,30 @@ _naive, _fused, _scan_order = ("gather-GEMM-scatter: a GEMM a tap", "implicit GE
                                "implicit GEMM, rows in scan order")
 
 
+def _maps_text():
+    try:
+        rulebook_ms = chapter.figure("maps for one active set", "hash + pair table + rulebook (gather-GEMM-scatter)")
+        grouped_ms = chapter.figure("maps for one active set", "hash + pair table + rows grouped by mask (implicit GEMM)")
+    except LookupError:
+        return "- **The maps, apart**: no stored GPU figures for them as built now (rows grouped on the GPU) yet."
+    return f"""- **The maps, apart**: {rulebook_ms:.1f} ms to build the hash table, the pair table and the
+  rulebook; {grouped_ms:.1f} ms for the hash table, the pair table and the rows grouped by mask; a
+  layer takes {chapter.figure(_case, _fused):.2f} ms. A network builds the maps once per active set and runs
+  every submanifold layer on them."""
+
+
+def _grouping_text():
+    try:
+        taps = chapter.figure("taps a block runs")
+        grouped = taps["grouped by mask"]
+    except (LookupError, KeyError):
+        return "the rows grouped by mask on the GPU have no stored GPU figures yet"
+    return (f"grouped by their tap masks, a block's rows share their taps: a block runs {grouped:.1f} of the 27 "
+            f"taps, against {taps['scan order']:.1f} in scan order ({chapter.figure(_case, _scan_order):.2f} ms)")
+
+
 def _lesson():
-    maps_facts, taps = chapter.figure("maps"), chapter.figure("taps a block runs")
+    maps_facts = chapter.figure("maps")
     try:
         torch_text = f", and the same gather-GEMM-scatter in torch {chapter.figure(_case, 'torch: index_select, mm, index_add_'):.2f} ms"
     except LookupError:
@@ -293,21 +316,14 @@ def _lesson():
 - **Gather-GEMM-scatter** takes {naive_ms:.2f} ms{torch}: each tap is three launches and the pairs'
   features pass through global memory three more times than the arithmetic needs.
 - **The implicit GEMM** takes {fused_ms:.2f} ms, {speedup:.1f}x faster: one launch, the gather
-  inside the tile loads, each output row written once. Sorted by their tap masks, a block's rows
-  share their taps: a block runs {sorted_taps:.1f} of the 27 taps, against {scan_taps:.1f} in scan order
-  ({scan_ms:.2f} ms).
-- **The maps, apart**: {rulebook_ms:.1f} ms to build the hash table, the pair table and the
-  rulebook; {sorted_ms:.1f} ms for the hash table, the pair table and the rows sorted by mask (sorted on
-  the host, after copying the masks: the part to move to the GPU); a layer takes {fused_ms:.2f} ms. A
-  network builds the maps once per active set and runs every submanifold layer on them.
+  inside the tile loads, each output row written once; {grouping}.
+{maps}
 """,
         sites=maps_facts["sites"], neighbours=maps_facts["mean neighbours a site"], pairs=maps_facts["pairs"],
         load=maps_facts["load factor"], probes=maps_facts["mean probes"], most=maps_facts["largest probe count"],
         naive_ms=chapter.figure(_case, _naive), torch=torch_text, fused_ms=chapter.figure(_case, _fused),
-        speedup=chapter.figure(_case, _naive) / chapter.figure(_case, _fused), sorted_taps=taps["sorted by mask"],
-        scan_taps=taps["scan order"], scan_ms=chapter.figure(_case, _scan_order),
-        rulebook_ms=chapter.figure("maps for one active set", "hash + pair table + rulebook (gather-GEMM-scatter)"),
-        sorted_ms=chapter.figure("maps for one active set", "hash + pair table + rows by mask (implicit GEMM)"),
+        speedup=chapter.figure(_case, _naive) / chapter.figure(_case, _fused), grouping=_grouping_text(),
+        maps=_maps_text(),
     )
 
 
@@ -345,7 +361,8 @@ exercises.show("ch11.3")
 # 1. A strided layer's output sites in key order (a sort of the claimed keys), so that a network's
 #    layers see them in the same order on every run.
 # 2. The implicit GEMM on tensor cores (chapter 09's `mma.sync`), FP16 features.
-# 3. The mask sort on the GPU (a radix sort of the 27-bit masks) instead of the host's argsort.
+# 3. Group the rows by all 27 bits of their masks (a second counting-sort pass on the low bits,
+#    stable): how many taps does a block then skip?
 #
 # ## References
 # - Yan Yan, Yuxing Mao and Bo Li, *SECOND: Sparsely Embedded Convolutional Detection*, Sensors 2018

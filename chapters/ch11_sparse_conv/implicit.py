@@ -8,15 +8,16 @@ straight from x through the pair table (row r's source: neighbours[r, k]), as ch
 implicit convolution loads its B tile through the tap table. Each output row is written once, by
 the block that owns it: output-stationary, no atomics, no scatter.
 
-A block skips the taps none of its rows has. Rows are taken in the order of their tap masks
-(`order`, sorted once with the maps), so the rows of a block mostly share their taps and the
-skipped ones are many; a block's mask is the OR of its rows' (tile_masks)."""
+A block skips the taps none of its rows has. Rows are taken grouped by their tap masks (`order`,
+made once with the maps: grouping.py), so the rows of a block mostly share their taps and the
+skipped ones are many; a block's mask is the OR of its rows' (its tile mask)."""
 
 import numpy as np
 from numba import cuda, float32
 
 from workbook import ON_GPU
 
+from . import grouping
 from .maps import check_layer
 from .reference import TAPS
 
@@ -109,23 +110,21 @@ def implicit_kernel(x, w, neighbours, order, tile_masks, out):
                     out[row, n] = acc[i, j]
 
 
-def tile_masks(masks, order, rows=BM):
-    """The OR of the tap masks of each `rows` consecutive rows in `order` (host arrays)."""
-    ordered = np.asarray(masks)[order]
-    return np.bitwise_or.reduceat(ordered, np.arange(0, len(ordered), rows)).astype(np.int32)
-
-
 class ImplicitGemm:
-    """The submanifold convolution through a pair table (maps.Pairs): out = conv(x, w). Sorting
-    the rows by mask is part of its maps (once per active set)."""
+    """The 3x3x3 convolution through a pair table (maps.Pairs): out = conv(x, w). Grouping the rows
+    by mask (grouping.py, on the GPU) is part of its maps: once per active set. group=False: the
+    rows in the pair table's order."""
 
-    def __init__(self, pairs, sort=True, stream=0):
-        masks = pairs.masks.copy_to_host(stream=stream)
-        order = np.argsort(masks, kind="stable").astype(np.int32) if sort else np.arange(len(masks), dtype=np.int32)
+    def __init__(self, pairs, group=True, stream=0):
+        n = pairs.masks.shape[0]
         self.neighbours, self.inputs = pairs.neighbours, pairs.inputs
-        self.order = cuda.to_device(order, stream=stream)
-        self.tile_masks = cuda.to_device(tile_masks(masks, order), stream=stream)
-        self.taps_per_tile = float(np.mean([bin(m).count("1") for m in tile_masks(masks, order)]))
+        self.order = grouping.group_by_mask(pairs.masks, stream) if group else \
+            cuda.to_device(np.arange(n, dtype=np.int32), stream=stream)
+        self.tile_masks = grouping.tile_masks(pairs.masks, self.order, BM, stream)
+
+    def taps_per_tile(self):
+        """How many of the 27 taps a block runs, on average (copies the tiles' masks to the host)."""
+        return float(np.mean([bin(int(m)).count("1") for m in self.tile_masks.copy_to_host()]))
 
     def __call__(self, x, w, out, stream=0):
         """x (N, C), w (27, C, K), out (N, K): float32 device arrays."""

@@ -1,0 +1,98 @@
+"""The implicit GEMM's row order, made on the GPU: rows grouped by their tap masks, a counting sort.
+
+A block of the implicit GEMM runs every tap any of its rows has, so it wants rows with the same
+taps side by side. A full sort of the 27-bit masks is not needed: a counting sort on their top
+GROUP_BITS bits (on a GPU 16: taps 11-26) puts equal masks in one bucket and similar ones in neighbouring
+buckets, in one pass and three kernels:
+
+    histogram   a thread per row: counts[bucket] += 1 (an atomic add)
+    scan        one block: starts[b] = counts[0] + ... + counts[b - 1] (each thread sums a run of
+                buckets, the block scans the threads' sums in shared memory, Hillis and Steele)
+    scatter     a thread per row: its place = starts[bucket]++ (an atomic add): order[place] = row
+
+Rows within a bucket come in whatever order the atomics gave them: the order is not the same from
+run to run, the result is (each output row's sums do not depend on the block that computes it).
+Then each tile of `rows` consecutive rows gets the OR of its rows' masks (tile_masks_kernel)."""
+
+import numpy as np
+from numba import cuda, int32
+
+from workbook import ON_GPU
+
+from .reference import TAPS
+
+GROUP_BITS = 16 if ON_GPU else 8  # the simulator: fewer buckets to scan, the same code
+BUCKETS = 1 << GROUP_BITS
+SCAN_THREADS = 1024 if ON_GPU else 64
+THREADS = 256
+
+
+@cuda.jit
+def histogram_kernel(masks, counts):
+    i = cuda.grid(1)
+    if i < masks.shape[0]:
+        cuda.atomic.add(counts, masks[i] >> (TAPS - GROUP_BITS), 1)
+
+
+@cuda.jit
+def scan_kernel(counts, starts):
+    """starts = the exclusive prefix sums of counts; one block of SCAN_THREADS threads."""
+    sums = cuda.shared.array(SCAN_THREADS, int32)
+    t = cuda.threadIdx.x
+    per = (counts.shape[0] + SCAN_THREADS - 1) // SCAN_THREADS
+    first = t * per
+    total = 0
+    for b in range(first, min(first + per, counts.shape[0])):
+        total += counts[b]
+    sums[t] = total
+    cuda.syncthreads()
+    step = 1
+    while step < SCAN_THREADS:  # after the round of `step`, sums[t] covers threads t - 2 step + 1 .. t
+        before = sums[t - step] if t >= step else 0
+        cuda.syncthreads()
+        sums[t] += before
+        cuda.syncthreads()
+        step *= 2
+    running = sums[t] - total  # the threads before this one
+    for b in range(first, min(first + per, counts.shape[0])):
+        starts[b] = running
+        running += counts[b]
+
+
+@cuda.jit
+def scatter_kernel(masks, starts, order):
+    i = cuda.grid(1)
+    if i < masks.shape[0]:
+        order[cuda.atomic.add(starts, masks[i] >> (TAPS - GROUP_BITS), 1)] = i
+
+
+@cuda.jit
+def tile_masks_kernel(masks, order, rows, tile_masks):
+    """tile_masks[tile] = the OR of the masks of rows order[tile * rows ..] (a thread a tile)."""
+    tile = cuda.grid(1)
+    if tile < tile_masks.shape[0]:
+        union = 0
+        for r in range(tile * rows, min(tile * rows + rows, order.shape[0])):
+            union |= masks[order[r]]
+        tile_masks[tile] = union
+
+
+def group_by_mask(masks, stream=0):
+    """order (N,) int32 on the device: the rows, grouped by the top GROUP_BITS bits of their masks."""
+    n = masks.shape[0]
+    counts = cuda.to_device(np.zeros(BUCKETS, np.int32), stream=stream)
+    starts = cuda.device_array(BUCKETS, np.int32, stream=stream)
+    order = cuda.device_array(n, np.int32, stream=stream)
+    blocks = max(1, -(-n // THREADS))
+    histogram_kernel[blocks, THREADS, stream](masks, counts)
+    scan_kernel[1, SCAN_THREADS, stream](counts, starts)
+    scatter_kernel[blocks, THREADS, stream](masks, starts, order)
+    return order
+
+
+def tile_masks(masks, order, rows, stream=0):
+    """The OR of each `rows` consecutive rows' masks in `order` (device arrays in and out)."""
+    tiles = max(1, -(-order.shape[0] // rows))
+    out = cuda.device_array(tiles, np.int32, stream=stream)
+    tile_masks_kernel[-(-tiles // THREADS), THREADS, stream](masks, order, rows, out)
+    return out
