@@ -9,7 +9,7 @@ import pytest
 import workbook
 from numba import cuda
 
-from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, scan
+from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, scan, tensor
 from chapters.ch11_sparse_conv import reference as ref
 
 CASES = {**scan.TINY, "a small scan": scan.voxelize(scan.lidar_scan(3, 40))}
@@ -122,6 +122,36 @@ def test_strided_outputs_and_convolution_match_the_definition(case):
                         ("implicit", implicit.ImplicitGemm(pairs))):
         out = layer(cuda.to_device(x), cuda.to_device(w), cuda.device_array((len(got_coords), out_channels), np.float32))
         workbook.assert_close(out.copy_to_host(), want.astype(np.float32), rtol=rtol, atol=atol, name=name)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("channels, out_channels", [(16, 8), (32, 20)])
+def test_tensor_cores_match_the_fp16_reference(case, channels, out_channels):
+    """FP16 features and weights, FP32 sums: exact products, so float32's tolerance against the
+    reference of the rounded values; K not a multiple of 8 (a ragged n-tile)."""
+    coords = np.asarray(CASES[case], np.int32)
+    x = ref.features(len(coords), channels, seed=5)
+    w = ref.weights(channels, out_channels, seed=6)
+    _, pairs = _pairs(coords)
+    x16, wt16 = tensor.to_half(x, w)
+    out = cuda.to_device(np.full((len(coords), out_channels), np.nan, np.float32))
+    tensor.TensorImplicitGemm(pairs)(x16, wt16, out)
+    want = ref.submanifold_direct(coords, x.astype(np.float16), w.astype(np.float16))
+    rtol, atol = ref.tolerance(channels)
+    workbook.assert_close(out.copy_to_host(), want.astype(np.float32), rtol=rtol, atol=atol, name="out")
+
+
+def test_tensor_cores_refuse_what_they_cannot_take():
+    _, pairs = _pairs(scan.TINY["a 6 x 6 plane"])
+    layer = tensor.TensorImplicitGemm(pairs)
+    x16, wt16 = tensor.to_half(np.zeros((36, 24), np.float32), np.zeros((27, 24, 8), np.float32))
+    with pytest.raises(ValueError, match="C a multiple of 16"):
+        layer(x16, wt16, cuda.device_array((36, 8), np.float32))
+    x16, wt16 = tensor.to_half(np.zeros((35, 16), np.float32), np.zeros((27, 16, 8), np.float32))
+    with pytest.raises(ValueError, match="x16 has 35 rows, the maps have 36 input sites"):
+        layer(x16, wt16, cuda.device_array((36, 8), np.float32))
+    with pytest.raises(TypeError, match="float16"):
+        layer(cuda.to_device(np.zeros((36, 16), np.float32)), wt16, cuda.device_array((36, 8), np.float32))
 
 
 @pytest.mark.parametrize("variant", ["gather-GEMM-scatter", "implicit"])

@@ -45,7 +45,7 @@ import numpy as np
 import workbook
 from workbook import bench, cuda
 
-from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, scan
+from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, scan, tensor
 from chapters.ch11_sparse_conv import reference as ref
 
 print(f"running on: {workbook.MODE}")
@@ -54,7 +54,7 @@ torch = bench.optional_torch()
 if torch is not None:  # float32 means float32 for torch's GEMMs too
     torch.backends.cuda.matmul.allow_tf32 = False
 
-CHANNELS = workbook.size(gpu=64, sim=8)
+CHANNELS = workbook.size(gpu=64, sim=16)  # the tensor-core kernel takes 16 channels a step
 OUT_CHANNELS = workbook.size(gpu=64, sim=12)
 
 # %% [markdown]
@@ -208,6 +208,51 @@ if workbook.ON_GPU:
                 at_least=2)
 
 # %% [markdown]
+# ## On tensor cores: FP16 features and weights
+#
+# The same implicit GEMM with chapter 09's `mma.sync.m16n8k16` (`tensor.py`): a warp owns 16 output
+# rows and all the output channels; for each tap and 16 channels its lanes load their A fragments
+# (two FP16 channels a word) from the source rows through the pair table and their B fragments from
+# the tap's weights, stored transposed so that two neighbouring channels are one word, straight
+# from global memory. The features and weights are rounded to FP16 once, before the layer; the sums
+# stay FP32, and the check is against the reference of the rounded values. Beside it, torch's
+# gather-GEMM-scatter in FP16 (its products in FP16, summed in float32).
+
+# %%
+workbook.show(tensor.tensor_kernel)
+
+# %%
+x16, wt16 = tensor.to_half(x, w)
+on_tensor_cores = tensor.TensorImplicitGemm(pairs)
+out_tc = cuda.device_array((N, OUT_CHANNELS), np.float32)
+baselines_fp16 = {}
+if torch is not None:
+    t_x16, t_w16 = t_x.half(), t_w.half()
+    t_out32 = torch.zeros((N, OUT_CHANNELS), device="cuda")
+
+    def torch_fp16():
+        t_out32.zero_()
+        for k, (rule_in, rule_out) in zip(taps, t_rules):
+            t_out32.index_add_(0, rule_out, (t_x16.index_select(0, rule_in) @ t_w16[k]).float())
+        return t_out32
+    baselines_fp16["torch FP16: index_select, mm, index_add_"] = torch_fp16
+
+
+def check_fp16(out, want, name):
+    """Ours against the rounded values' reference at float32's tolerance; torch's FP16 products are
+    rounded to FP16 before they are summed: 2^-8."""
+    r, a = (2.0 ** -8, 2.0 ** -8) if "torch" in name else (rtol, atol)
+    workbook.assert_close(out, want, rtol=r, atol=a, name=name)
+
+
+chapter.compare(
+    "submanifold 3x3x3 convolution, FP16 on tensor cores",
+    {"tensor cores: implicit GEMM, mma.sync": lambda: on_tensor_cores(x16, wt16, out_tc)},
+    baselines=baselines_fp16, flops=2.0 * pair_count * CHANNELS * OUT_CHANNELS, check=check_fp16,
+    reference=lambda: ref.submanifold_direct(coords, x.astype(np.float16), w.astype(np.float16)).astype(np.float32),
+    size=f"N={N} C={CHANNELS} K={OUT_CHANNELS} pairs={pair_count}")
+
+# %% [markdown]
 # ## A strided convolution: new output sites
 #
 # With stride 2 the output sites are new: output p sees the inputs 2p - 1 .. 2p + 1 on each axis,
@@ -301,6 +346,20 @@ def _grouping_text():
             f"taps, against {taps['scan order']:.1f} in scan order ({chapter.figure(_case, _scan_order):.2f} ms)")
 
 
+def _tensor_text():
+    case = "submanifold 3x3x3 convolution, FP16 on tensor cores"
+    try:
+        ours = chapter.figure(case, "tensor cores: implicit GEMM, mma.sync")
+    except LookupError:
+        return "- **On tensor cores**: no stored GPU figures for the FP16 kernel yet."
+    try:
+        theirs = f", against {chapter.figure(case, 'torch FP16: index_select, mm, index_add_'):.2f} ms for torch's in FP16"
+    except LookupError:
+        theirs = ""
+    return f"""- **On tensor cores** (FP16 features and weights, FP32 sums) the implicit GEMM takes {ours:.2f} ms{theirs},
+  and {chapter.figure(_case, _fused) / ours:.1f}x the float32 one's speed."""
+
+
 def _lesson():
     maps_facts = chapter.figure("maps")
     try:
@@ -317,13 +376,14 @@ def _lesson():
   features pass through global memory three more times than the arithmetic needs.
 - **The implicit GEMM** takes {fused_ms:.2f} ms, {speedup:.1f}x faster: one launch, the gather
   inside the tile loads, each output row written once; {grouping}.
+{tensor}
 {maps}
 """,
         sites=maps_facts["sites"], neighbours=maps_facts["mean neighbours a site"], pairs=maps_facts["pairs"],
         load=maps_facts["load factor"], probes=maps_facts["mean probes"], most=maps_facts["largest probe count"],
         naive_ms=chapter.figure(_case, _naive), torch=torch_text, fused_ms=chapter.figure(_case, _fused),
         speedup=chapter.figure(_case, _naive) / chapter.figure(_case, _fused), grouping=_grouping_text(),
-        maps=_maps_text(),
+        maps=_maps_text(), tensor=_tensor_text(),
     )
 
 
@@ -360,7 +420,8 @@ exercises.show("ch11.3")
 # ## More to try
 # 1. A strided layer's output sites in key order (a sort of the claimed keys), so that a network's
 #    layers see them in the same order on every run.
-# 2. The implicit GEMM on tensor cores (chapter 09's `mma.sync`), FP16 features.
+# 2. The tensor-core kernel with its tiles through shared memory (cp.async and ldmatrix, as chapter
+#    09's pipelined GEMM): each weight fragment is now loaded by every warp from L1.
 # 3. Group the rows by all 27 bits of their masks (a second counting-sort pass on the low bits,
 #    stable): how many taps does a block then skip?
 #
