@@ -90,6 +90,23 @@ def group_by_mask(masks, stream=0):
     return order
 
 
+@cuda.jit(device=True, inline=True)
+def next_tap(taps, k):
+    """The first tap after k whose bit is set in a tile mask `taps`, or TAPS (the kernels' tap loop)."""
+    k += 1
+    while k < TAPS and taps & (1 << k) == 0:
+        k += 1
+    return k
+
+
+def row_order(masks, rows, group=True, stream=0):
+    """(order, tile_masks) of a kernel that takes `rows` output rows a block: the rows grouped by
+    mask (group=False: in the pair table's order) and each tile's mask."""
+    order = group_by_mask(masks, stream) if group else cuda.to_device(np.arange(masks.shape[0], dtype=np.int32),
+                                                                      stream=stream)
+    return order, tile_masks(masks, order, rows, stream)
+
+
 def tile_masks(masks, order, rows, stream=0):
     """The OR of each `rows` consecutive rows' masks in `order` (device arrays in and out)."""
     tiles = max(1, -(-order.shape[0] // rows))

@@ -18,6 +18,7 @@ from numba import cuda, float32
 from workbook import ON_GPU
 
 from . import grouping
+from .grouping import next_tap
 from .maps import check_layer
 from .reference import TAPS
 
@@ -28,15 +29,6 @@ A_LOADS, B_LOADS = BM * BK // THREADS, BK * BN // THREADS  # values a thread loa
 A_STEP, B_STEP = THREADS // BK, THREADS // BN  # rows between a thread's loads of A, of B
 A_PITCH = BM + 1  # a_s[c, r]: the A tile transposed; + 1: a warp's stores of one row's channels hit 32 banks
 ZERO = float32(0)
-
-
-@cuda.jit(device=True, inline=True)
-def next_tap(taps, k):
-    """The first tap after k whose bit is set in `taps`, or TAPS."""
-    k += 1
-    while k < TAPS and taps & (1 << k) == 0:
-        k += 1
-    return k
 
 
 @cuda.jit(device=True, forceinline=True)
@@ -116,11 +108,8 @@ class ImplicitGemm:
     rows in the pair table's order."""
 
     def __init__(self, pairs, group=True, stream=0):
-        n = pairs.masks.shape[0]
         self.neighbours, self.inputs = pairs.neighbours, pairs.inputs
-        self.order = grouping.group_by_mask(pairs.masks, stream) if group else \
-            cuda.to_device(np.arange(n, dtype=np.int32), stream=stream)
-        self.tile_masks = grouping.tile_masks(pairs.masks, self.order, BM, stream)
+        self.order, self.tile_masks = grouping.row_order(pairs.masks, BM, group, stream)
 
     def taps_per_tile(self):
         """How many of the 27 taps a block runs, on average (copies the tiles' masks to the host)."""

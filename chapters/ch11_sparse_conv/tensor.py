@@ -22,6 +22,7 @@ from workbook.inputs import require
 from workbook.tensor_cores import mma_f16, tensor_cores
 
 from . import grouping
+from .grouping import next_tap
 from .reference import TAPS
 
 WARPS = 4
@@ -29,15 +30,6 @@ BM = 16 * WARPS
 MAX_TILES = 8  # n-tiles a warp holds: K up to 64 (32 sums a thread)
 SUMS = 4 * MAX_TILES  # a local array's size: a plain name, which numba reads as a constant
 ZERO = float32(0)
-
-
-@cuda.jit(device=True, inline=True)
-def next_tap(taps, k):
-    """The first tap after k whose bit is set in `taps`, or TAPS."""
-    k += 1
-    while k < TAPS and taps & (1 << k) == 0:
-        k += 1
-    return k
 
 
 @cuda.jit
@@ -107,11 +99,8 @@ class TensorImplicitGemm:
     by mask as implicit.ImplicitGemm's (grouping.py), in tiles of BM rows."""
 
     def __init__(self, pairs, group=True, stream=0):
-        n = pairs.masks.shape[0]
         self.neighbours, self.inputs = pairs.neighbours, pairs.inputs
-        self.order = grouping.group_by_mask(pairs.masks, stream) if group else \
-            cuda.to_device(np.arange(n, dtype=np.int32), stream=stream)
-        self.tile_masks = grouping.tile_masks(pairs.masks, self.order, BM, stream)
+        self.order, self.tile_masks = grouping.row_order(pairs.masks, BM, group, stream)
 
     def __call__(self, x16, wt16, out, stream=0):
         """x16 (inputs, C) float16, wt16 (27, K, C) float16 (to_half), out (N, K) float32; C a multiple
