@@ -9,7 +9,7 @@ import pytest
 import workbook
 from numba import cuda
 
-from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, scan, tensor
+from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, onelaunch, scan, tensor
 from chapters.ch11_sparse_conv import reference as ref
 
 CASES = {**scan.TINY, "a small scan": scan.voxelize(scan.lidar_scan(3, 40))}
@@ -71,6 +71,49 @@ def test_rows_grouped_by_mask_on_the_gpu(case):
     np.testing.assert_array_equal(tiles, expected)
 
 
+def test_maps_in_one_launch_equal_the_separate_kernels():
+    """One builder, reused for every case, small after large and large again: each build's pair
+    table, masks, grouped order and tile masks as the separate kernels' (the order as a grouping:
+    rows within a bucket come in any order)."""
+    builder = onelaunch.MapBuilder(max(len(c) for c in CASES.values()), rows=4)
+    for case in [*CASES, "a small scan"]:
+        coords = np.asarray(CASES[case], np.int32)
+        pairs, order, tiles = builder.build(cuda.to_device(coords))
+        expected = ref.neighbours(coords)
+        np.testing.assert_array_equal(pairs.neighbours.copy_to_host(), expected)
+        masks = pairs.masks.copy_to_host()
+        np.testing.assert_array_equal(masks, ((expected >= 0) << np.arange(ref.TAPS)).sum(axis=1))
+        order = order.copy_to_host()
+        assert sorted(order) == list(range(len(coords))), case
+        assert (np.diff(masks[order] >> (ref.TAPS - grouping.GROUP_BITS)) >= 0).all(), case
+        np.testing.assert_array_equal(tiles.copy_to_host(),
+                                      [np.bitwise_or.reduce(masks[order[t:t + 4]]) for t in range(0, len(order), 4)])
+
+
+def test_the_implicit_gemm_runs_on_maps_built_in_one_launch():
+    coords = np.asarray(CASES["a small scan"], np.int32)
+    x, w = ref.features(len(coords), 8, seed=1), ref.weights(8, 12, seed=2)
+    pairs, order, tiles = onelaunch.MapBuilder(len(coords), implicit.BM).build(cuda.to_device(coords))
+    layer = implicit.ImplicitGemm(pairs, grouped=(order, tiles))
+    out = layer(cuda.to_device(x), cuda.to_device(w), cuda.device_array((len(coords), 12), np.float32))
+    rtol, atol = ref.tolerance(8)
+    workbook.assert_close(out, ref.submanifold_direct(coords, x, w).astype(np.float32), rtol=rtol, atol=atol)
+    with pytest.raises(ValueError, match="tiles of"):
+        implicit.ImplicitGemm(pairs, grouped=(order, cuda.to_device(np.zeros(1, np.int32))))
+
+
+def test_the_one_launch_builder_refuses_bad_sites():
+    builder = onelaunch.MapBuilder(4, rows=4)
+    with pytest.raises(ValueError, match="1 repeat a coordinate"):
+        builder.build(cuda.to_device(np.array([[1, 2, 3], [1, 2, 3]], np.int32)))
+    with pytest.raises(ValueError, match="max_sites"):
+        builder.build(cuda.to_device(np.zeros((5, 3), np.int32)))
+    with pytest.raises(ValueError, match="outside"):
+        builder.build(cuda.to_device(np.array([[-1, 0, 0]], np.int32)))
+    pairs, _, _ = builder.build(cuda.to_device(np.array([[1, 2, 3], [1, 2, 4]], np.int32)))  # fine again after
+    np.testing.assert_array_equal(pairs.masks.copy_to_host(), [1 << 14 | 1 << 13, 1 << 13 | 1 << 12])
+
+
 def test_the_scan_of_the_bucket_counts():
     counts = np.random.default_rng(0).integers(0, 5, grouping.BUCKETS).astype(np.int32)
     starts = cuda.device_array(grouping.BUCKETS, np.int32)
@@ -86,7 +129,7 @@ def _layers(coords):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("channels, out_channels", [(1, 1), (5, 7), (9, 17)])
+@pytest.mark.parametrize("channels, out_channels", [(1, 1), (5, 7), (9, 17), (16, 12)])
 def test_convolutions_match_the_references(case, channels, out_channels):
     coords = np.asarray(CASES[case], np.int32)
     x = ref.features(len(coords), channels, seed=len(coords))

@@ -20,8 +20,9 @@ from chapters.ch11_sparse_conv import reference as ref
 if "TILE" in os.environ:  # before the first compile: the kernel reads these as constants
     im.BM, im.BN, im.BK, im.TM, im.TN = (int(v) for v in os.environ["TILE"].split(":"))
     im.THREADS, im.COLUMNS = (im.BM // im.TM) * (im.BN // im.TN), im.BN // im.TN
-    im.A_LOADS, im.B_LOADS = im.BM * im.BK // im.THREADS, im.BK * im.BN // im.THREADS
-    im.A_STEP, im.B_STEP, im.A_PITCH = im.THREADS // im.BK, im.THREADS // im.BN, im.BM + 1
+    im.ROW_GROUP, im.COLUMN_GROUP = im.BM * 4 // im.TM, im.BN * 4 // im.TN
+    im.A_QUADS, im.B_QUADS = im.BM * im.BK // (4 * im.THREADS), im.BK * im.BN // (4 * im.THREADS)
+    im.A_VALUES, im.B_VALUES, im.A_TILE, im.B_TILE = 4 * im.A_QUADS, 4 * im.B_QUADS, im.BK * im.BM, im.BK * im.BN
 beams, steps, C = (int(v) for v in sys.argv[1:4]) if len(sys.argv) > 3 else (256, 4096, 64)
 coords = scan.voxelize(scan.lidar_scan(beams, steps))
 N = len(coords)

@@ -45,7 +45,7 @@ import numpy as np
 import workbook
 from workbook import bench, cuda
 
-from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, scan, tensor
+from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, onelaunch, scan, spconv_baseline, tensor
 from chapters.ch11_sparse_conv import reference as ref
 
 print(f"running on: {workbook.MODE}")
@@ -53,6 +53,7 @@ chapter = workbook.Chapter("ch11", "Sparse 3-D convolution: rulebooks, gather-GE
 torch = bench.optional_torch()
 if torch is not None:  # float32 means float32 for torch's GEMMs too
     torch.backends.cuda.matmul.allow_tf32 = False
+spconv, spconv_missing = spconv_baseline.load()  # spconv 2.x, where it is installed (see "spconv 2.x" below)
 
 CHANNELS = workbook.size(gpu=64, sim=16)  # the tensor-core kernel takes 16 channels a step
 OUT_CHANNELS = workbook.size(gpu=64, sim=12)
@@ -143,10 +144,16 @@ workbook.show(naive.scatter_add_kernel)
 # block loads its A tile through the pair table, skips the taps its rows lack, and writes each
 # output row once. Grouping the rows by their tap masks (once, with the maps) puts rows with the
 # same taps in the same block: a counting sort on the GPU, on the masks' top bits.
+#
+# Inside, it is chapter 04's tiled GEMM with its lessons kept: a block of 64 rows by 64 output
+# channels, 16 input channels a step; the next step's tiles are loaded into registers while this
+# step's are multiplied; a thread's 8 x 4 sums are quads of adjacent rows and adjacent channels, so
+# that each channel of a step is three 16-byte shared loads (`shared_load4`) for 32 multiply-adds;
+# and the gathered rows arrive 16 bytes at a time (`load4`) when the channels are a multiple of 4.
 
 # %%
 workbook.show(implicit.implicit_kernel)
-workbook.show(grouping.scan_kernel)
+workbook.show(grouping.block_scan)
 
 # %%
 gathered = naive.GatherGemmScatter(rules, CHANNELS, OUT_CHANNELS)
@@ -197,6 +204,10 @@ if torch is not None:
             t_out.index_add_(0, rule_out, t_x.index_select(0, rule_in) @ t_w[k])
         return t_out
     baselines["torch: index_select, mm, index_add_"] = torch_gather_gemm_scatter
+SPCONV = "spconv 2.x: SubMConv3d (its implicit GEMM)"
+if spconv is not None:
+    spconv_layer = spconv_baseline.SpconvLayer(spconv, coords, w)
+    baselines[SPCONV] = lambda: spconv_layer(t_x)
 comparison = chapter.compare(
     "submanifold 3x3x3 convolution", variants, baselines=baselines, flops=2.0 * pair_count * CHANNELS * OUT_CHANNELS,
     reference=lambda: ref.submanifold_direct(coords, x, w).astype(np.float32),
@@ -206,6 +217,9 @@ if workbook.ON_GPU:
     chapter.bar(f"submanifold 3x3x3, {N} voxels, C=K={CHANNELS}: implicit vs gather-GEMM-scatter (speed-up)",
                 comparison.ratio("gather-GEMM-scatter: a GEMM a tap", "implicit GEMM: gather fused, rows by mask"),
                 at_least=2)
+    chapter.bar(f"submanifold 3x3x3, {N} voxels, C=K={CHANNELS}: implicit vs spconv 2.x (fraction of its speed)",
+                comparison.ratio(SPCONV, "implicit GEMM: gather fused, rows by mask") if spconv else float("nan"),
+                at_least=0.7)
 
 # %% [markdown]
 # ## On tensor cores: FP16 features and weights
@@ -236,12 +250,18 @@ if torch is not None:
             t_out32.index_add_(0, rule_out, (t_x16.index_select(0, rule_in) @ t_w16[k]).float())
         return t_out32
     baselines_fp16["torch FP16: index_select, mm, index_add_"] = torch_fp16
+if spconv is not None:
+    spconv_fp16 = spconv_baseline.SpconvLayer(spconv, coords, w, torch.float16)
+    baselines_fp16["spconv 2.x FP16: SubMConv3d"] = lambda: spconv_fp16(t_x16)
 
 
 def check_fp16(out, want, name):
     """Ours against the rounded values' reference at float32's tolerance; torch's FP16 products are
-    rounded to FP16 before they are summed: 2^-8."""
+    rounded to FP16 before they are summed: 2^-8; spconv's outputs are FP16 and its sums not all
+    float32 (on the H100 its error passes 2^-8): 2^-6."""
     r, a = (2.0 ** -8, 2.0 ** -8) if "torch" in name else (rtol, atol)
+    if "spconv" in name:
+        out, r, a = out.float(), 2.0 ** -6, 2.0 ** -6
     workbook.assert_close(out, want, rtol=r, atol=a, name=name)
 
 
@@ -288,32 +308,53 @@ chapter.compare(
 # ## The maps' cost, apart
 #
 # A network builds its maps once per active set and runs many layers on them. Timed here, the
-# whole build for each variant (the rulebook's ends by copying its tap lengths to the host: the
-# GEMMs' sizes).
+# whole build for each variant, with its waits for the GPU (the rulebook's ends by copying its tap
+# lengths to the host: the GEMMs' sizes). Built as above, the maps take seven launches, a dozen
+# allocations and a 4 MB copy that empties the hash table: on the GPU that is mostly host time, not
+# work. `onelaunch.MapBuilder` builds the implicit GEMM's maps in **one cooperative launch**, the
+# same device functions as phases between grid-wide barriers, into buffers it allocated once.
 
 # %%
+workbook.show(onelaunch.maps_kernel)
+
+# %%
+builder = onelaunch.MapBuilder(N, implicit.BM)
+built_pairs, built_order, built_tiles = builder.build(d_coords)
+if not np.array_equal(built_pairs.neighbours.copy_to_host(), neighbours):
+    raise AssertionError("the maps built in one launch differ from the separate kernels'")
+one_launch = implicit.ImplicitGemm(built_pairs, grouped=(built_order, built_tiles))
+workbook.assert_close(one_launch(d_x, d_w, out_fused), ref.submanifold_direct(coords, x, w).astype(np.float32),
+                      rtol=rtol, atol=atol, name="implicit GEMM on the maps built in one launch")
+print(f"maps in one launch: {builder.blocks} blocks of {onelaunch.THREADS} threads; the same pair table, "
+      "and the implicit GEMM on them equals the reference")
+ONE_LAUNCH = "the same in one launch, buffers reused (implicit GEMM)"
 maps_variants = {"hash + pair table + rulebook (gather-GEMM-scatter)":
                  lambda: maps.rulebook(maps.SiteTable(d_coords).pairs()).rule_in,
                  "hash + pair table + rows grouped by mask (implicit GEMM)":
-                 lambda: implicit.ImplicitGemm(maps.SiteTable(d_coords).pairs()).order}
-chapter.compare("maps for one active set", maps_variants, size=f"N={N}", poison_outputs=False)
+                 lambda: implicit.ImplicitGemm(maps.SiteTable(d_coords).pairs()).order,
+                 ONE_LAUNCH: lambda: builder.build(d_coords)[1]}
+SPCONV_MAPS = "spconv 2.x: hash + pair table + masks sorted"
+maps_baselines = {SPCONV_MAPS: spconv_layer.build_maps} if spconv is not None else {}
+maps_comparison = chapter.compare("maps for one active set", maps_variants, baselines=maps_baselines, size=f"N={N}",
+                                  poison_outputs=False)
+if workbook.ON_GPU:
+    chapter.bar(f"maps for {N} voxels: ours in one launch vs spconv 2.x (fraction of its speed)",
+                maps_comparison.ratio(SPCONV_MAPS, ONE_LAUNCH)
+                if spconv else float("nan"), at_least=0.7)
 
 # %% [markdown]
 # ## spconv 2.x
 #
-# spconv is the library these notes come from. It does not run on the GPU machine this workbook is
-# measured on: that machine has no network, so a package must travel with the run, and
-# spconv-cu126's wheel with cumm-cu126's beside it is larger than a run may carry; both are built
-# for CUDA 12.6, where that machine's torch has CUDA 13 (EXPERIMENTS.md has the sizes). The
-# baseline is therefore the same gather-GEMM-scatter in torch. Where spconv is installed, the cell
-# below says so; running the layer through it is one of the things to try.
+# spconv is the library these notes come from. Where it is installed it stands beside ours in the
+# tables above (`spconv_baseline.py`): its `SubMConv3d` in inference mode, which is its own implicit
+# GEMM over a pair table with masks (float32 without TF32, its default; FP16 with float32 sums),
+# and its map build (`get_indice_pairs_implicit_gemm`), on the same sites, features and weights.
+# It is not a dependency of the workbook: the GPU machine has no network and takes at most 64 MiB
+# of files a run, so `tools/spconv_bundle.sh` packs its wheels again with xz (40 MB instead of 98:
+# its one large library is kernels for many GPUs, which xz squeezes far better than a wheel's zip).
 
 # %%
-try:
-    import spconv.pytorch  # noqa: F401
-    print("spconv is installed here")
-except ImportError as why:
-    print(f"spconv: not installed here ({why})")
+print("spconv 2.x: " + ("in the tables above" if spconv is not None else spconv_missing))
 
 # %% [markdown]
 # ## What the numbers mean
@@ -325,15 +366,33 @@ _naive, _fused, _scan_order = ("gather-GEMM-scatter: a GEMM a tap", "implicit GE
 
 
 def _maps_text():
+    case = "maps for one active set"
     try:
-        rulebook_ms = chapter.figure("maps for one active set", "hash + pair table + rulebook (gather-GEMM-scatter)")
-        grouped_ms = chapter.figure("maps for one active set", "hash + pair table + rows grouped by mask (implicit GEMM)")
+        rulebook_ms = chapter.figure(case, "hash + pair table + rulebook (gather-GEMM-scatter)")
+        grouped_ms = chapter.figure(case, "hash + pair table + rows grouped by mask (implicit GEMM)")
+        one_ms = chapter.figure(case, ONE_LAUNCH)
     except LookupError:
-        return "- **The maps, apart**: no stored GPU figures for them as built now (rows grouped on the GPU) yet."
+        return "- **The maps, apart**: no stored GPU figures for them as built now (in one launch) yet."
+    try:
+        theirs = f"; spconv's build takes {chapter.figure(case, SPCONV_MAPS):.2f} ms"
+    except LookupError:
+        theirs = ""
     return f"""- **The maps, apart**: {rulebook_ms:.1f} ms to build the hash table, the pair table and the
-  rulebook; {grouped_ms:.1f} ms for the hash table, the pair table and the rows grouped by mask; a
-  layer takes {chapter.figure(_case, _fused):.2f} ms. A network builds the maps once per active set and runs
-  every submanifold layer on them."""
+  rulebook; {grouped_ms:.1f} ms for the hash table, the pair table and the rows grouped by mask, of
+  which the work is a small part: launches, allocations and the copy that empties the table are the
+  rest. In one launch, into buffers kept from the last build, the same maps take {one_ms:.2f} ms{theirs}.
+  A layer takes {chapter.figure(_case, _fused):.2f} ms; a network builds the maps once per active set and
+  runs every submanifold layer on them."""
+
+
+def _spconv_text():
+    try:
+        theirs = chapter.figure(_case, SPCONV)
+    except LookupError:
+        return "- **spconv 2.x**: no stored GPU figures for it yet."
+    ours = chapter.figure(_case, _fused)
+    return f"""- **spconv 2.x**'s own implicit GEMM takes {theirs:.2f} ms on the same layer in float32: ours runs at
+  {theirs / ours:.2f} of its speed."""
 
 
 def _grouping_text():
@@ -352,10 +411,14 @@ def _tensor_text():
         ours = chapter.figure(case, "tensor cores: implicit GEMM, mma.sync")
     except LookupError:
         return "- **On tensor cores**: no stored GPU figures for the FP16 kernel yet."
-    try:
-        theirs = f", against {chapter.figure(case, 'torch FP16: index_select, mm, index_add_'):.2f} ms for torch's in FP16"
-    except LookupError:
-        theirs = ""
+    theirs = []
+    for name, label in (("torch FP16: index_select, mm, index_add_", "torch's gather-GEMM-scatter"),
+                        ("spconv 2.x FP16: SubMConv3d", "spconv's implicit GEMM")):
+        try:
+            theirs.append(f"{chapter.figure(case, name):.2f} ms for {label}")
+        except LookupError:
+            pass
+    theirs = f", against {' and '.join(theirs)} in FP16" if theirs else ""
     return f"""- **On tensor cores** (FP16 features and weights, FP32 sums) the implicit GEMM takes {ours:.2f} ms{theirs},
   and {chapter.figure(_case, _fused) / ours:.1f}x the float32 one's speed."""
 
@@ -376,6 +439,7 @@ def _lesson():
   features pass through global memory three more times than the arithmetic needs.
 - **The implicit GEMM** takes {fused_ms:.2f} ms, {speedup:.1f}x faster: one launch, the gather
   inside the tile loads, each output row written once; {grouping}.
+{spconv}
 {tensor}
 {maps}
 """,
@@ -383,7 +447,7 @@ def _lesson():
         load=maps_facts["load factor"], probes=maps_facts["mean probes"], most=maps_facts["largest probe count"],
         naive_ms=chapter.figure(_case, _naive), torch=torch_text, fused_ms=chapter.figure(_case, _fused),
         speedup=chapter.figure(_case, _naive) / chapter.figure(_case, _fused), grouping=_grouping_text(),
-        maps=_maps_text(), tensor=_tensor_text(),
+        maps=_maps_text(), tensor=_tensor_text(), spconv=_spconv_text(),
     )
 
 

@@ -5,10 +5,10 @@ taps side by side. A full sort of the 27-bit masks is not needed: a counting sor
 GROUP_BITS bits (on a GPU 16: taps 11-26) puts equal masks in one bucket and similar ones in neighbouring
 buckets, in one pass and three kernels:
 
-    histogram   a thread per row: counts[bucket] += 1 (an atomic add)
+    histogram   a thread per row: counts[bucket] += 1 (an atomic add a warp and bucket: claim)
     scan        one block: starts[b] = counts[0] + ... + counts[b - 1] (each thread sums a run of
                 buckets, the block scans the threads' sums in shared memory, Hillis and Steele)
-    scatter     a thread per row: its place = starts[bucket]++ (an atomic add): order[place] = row
+    scatter     a thread per row: its place = starts[bucket]++ (claim again): order[place] = row
 
 Rows within a bucket come in whatever order the atomics gave them: the order is not the same from
 run to run, the result is (each output row's sums do not depend on the block that computes it).
@@ -23,21 +23,46 @@ from .reference import TAPS
 
 GROUP_BITS = 16 if ON_GPU else 8  # the simulator: fewer buckets to scan, the same code
 BUCKETS = 1 << GROUP_BITS
-SCAN_THREADS = 1024 if ON_GPU else 64
+SCAN_THREADS = 512 if ON_GPU else 64  # also the block of the maps in one launch (onelaunch.py)
 THREADS = 256
+
+
+@cuda.jit(device=True, inline=True)
+def bucket(mask):
+    """A row's bucket: its mask's top GROUP_BITS bits."""
+    return mask >> (TAPS - GROUP_BITS)
+
+
+@cuda.jit(device=True, inline=True)
+def claim(counts, b):
+    """counts[b] += 1 for this lane, with one atomic add for all the lanes of its warp that have
+    bucket b (match_any_sync finds them: rows side by side often share a mask, and an atomic a row
+    would queue them on one address); returns counts[b] before this lane's 1: its place."""
+    peers = cuda.match_any_sync(cuda.activemask(), b)
+    leader = cuda.ffs(peers) - 1
+    before = 0
+    if cuda.laneid == leader:
+        before = cuda.atomic.add(counts, b, cuda.popc(peers))
+    return cuda.shfl_sync(peers, before, leader) + cuda.popc(peers & cuda.lanemask_lt())
 
 
 @cuda.jit
 def histogram_kernel(masks, counts):
     i = cuda.grid(1)
     if i < masks.shape[0]:
-        cuda.atomic.add(counts, masks[i] >> (TAPS - GROUP_BITS), 1)
+        claim(counts, bucket(masks[i]))
 
 
 @cuda.jit
 def scan_kernel(counts, starts):
     """starts = the exclusive prefix sums of counts; one block of SCAN_THREADS threads."""
     sums = cuda.shared.array(SCAN_THREADS, int32)
+    block_scan(counts, starts, sums)
+
+
+@cuda.jit(device=True)
+def block_scan(counts, starts, sums):
+    """scan_kernel's work, by one block of SCAN_THREADS threads; sums: a shared array of that many."""
     t = cuda.threadIdx.x
     per = (counts.shape[0] + SCAN_THREADS - 1) // SCAN_THREADS
     first = t * per
@@ -63,18 +88,15 @@ def scan_kernel(counts, starts):
 def scatter_kernel(masks, starts, order):
     i = cuda.grid(1)
     if i < masks.shape[0]:
-        order[cuda.atomic.add(starts, masks[i] >> (TAPS - GROUP_BITS), 1)] = i
+        order[claim(starts, bucket(masks[i]))] = i
 
 
 @cuda.jit
 def tile_masks_kernel(masks, order, rows, tile_masks):
-    """tile_masks[tile] = the OR of the masks of rows order[tile * rows ..] (a thread a tile)."""
-    tile = cuda.grid(1)
-    if tile < tile_masks.shape[0]:
-        union = 0
-        for r in range(tile * rows, min(tile * rows + rows, order.shape[0])):
-            union |= masks[order[r]]
-        tile_masks[tile] = union
+    """tile_masks[r // rows] |= the mask of row order[r] (a thread a row; tile_masks zeroed)."""
+    r = cuda.grid(1)
+    if r < order.shape[0]:
+        cuda.atomic.or_(tile_masks, r // rows, masks[order[r]])
 
 
 def group_by_mask(masks, stream=0):
@@ -110,6 +132,6 @@ def row_order(masks, rows, group=True, stream=0):
 def tile_masks(masks, order, rows, stream=0):
     """The OR of each `rows` consecutive rows' masks in `order` (device arrays in and out)."""
     tiles = max(1, -(-order.shape[0] // rows))
-    out = cuda.device_array(tiles, np.int32, stream=stream)
-    tile_masks_kernel[-(-tiles // THREADS), THREADS, stream](masks, order, rows, out)
+    out = cuda.to_device(np.zeros(tiles, np.int32), stream=stream)
+    tile_masks_kernel[max(1, -(-order.shape[0] // THREADS)), THREADS, stream](masks, order, rows, out)
     return out

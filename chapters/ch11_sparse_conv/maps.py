@@ -66,8 +66,13 @@ def insert_kernel(coords, table_keys, table_values, shift, probes, bad):
     """Site i's key into the table, its index beside it; shift = 64 - log2(slots). bad[0]: sites
     outside the key range; bad[1]: a key already there (a duplicate coordinate)."""
     i = cuda.grid(1)
-    if i >= coords.shape[0]:
-        return
+    if i < coords.shape[0]:
+        insert_site(coords, i, table_keys, table_values, shift, probes, bad)
+
+
+@cuda.jit(device=True, inline=True)
+def insert_site(coords, i, table_keys, table_values, shift, probes, bad):
+    """insert_kernel's work for site i (also a phase of the maps in one launch, onelaunch.py)."""
     key = key_of(coords[i, 0], coords[i, 1], coords[i, 2])
     if key == EMPTY:
         cuda.atomic.add(bad, 0, 1)
@@ -109,8 +114,13 @@ def pairs_kernel(coords, stride, table_keys, table_values, shift, offsets, neigh
     """neighbours[i, k]: the input site at stride * coords[i] + offsets[k], or -1 (coords: the output
     sites); masks[i]: bit k set where there is one."""
     i = cuda.grid(1)
-    if i >= coords.shape[0]:
-        return
+    if i < coords.shape[0]:
+        pair_row(coords, i, stride, table_keys, table_values, shift, offsets, neighbours, masks)
+
+
+@cuda.jit(device=True, inline=True)
+def pair_row(coords, i, stride, table_keys, table_values, shift, offsets, neighbours, masks):
+    """pairs_kernel's work for output site i; returns its mask."""
     mask = 0
     for k in range(offsets.shape[0]):
         key = key_of(stride * coords[i, 0] + offsets[k, 0], stride * coords[i, 1] + offsets[k, 1],
@@ -120,6 +130,7 @@ def pairs_kernel(coords, stride, table_keys, table_values, shift, offsets, neigh
         if j >= 0:
             mask |= 1 << k
     masks[i] = mask
+    return mask
 
 
 @cuda.jit
@@ -221,7 +232,7 @@ class SiteTable:
         n = self.coords.shape[0]
         out = Pairs(cuda.device_array((n, TAPS), np.int32, stream=stream), cuda.device_array(n, np.int32, stream=stream),
                     n)
-        pairs_kernel[_blocks(n), THREADS, stream](self.coords, 1, self.keys, self.values, self.shift, _offsets(),
+        pairs_kernel[_blocks(n), THREADS, stream](self.coords, 1, self.keys, self.values, self.shift, offsets_on_device(),
                                                    out.neighbours, out.masks)
         return out
 
@@ -241,18 +252,18 @@ class SiteTable:
         out_coords.copy_to_device(found[:m], stream=stream)
         out = Pairs(cuda.device_array((m, TAPS), np.int32, stream=stream), cuda.device_array(m, np.int32, stream=stream),
                     n)
-        pairs_kernel[_blocks(m), THREADS, stream](out_coords, 2, self.keys, self.values, self.shift, _offsets(),
+        pairs_kernel[_blocks(m), THREADS, stream](out_coords, 2, self.keys, self.values, self.shift, offsets_on_device(),
                                                    out.neighbours, out.masks)
         return out_coords, out
 
 
-_device_offsets = {}
+_OFFSETS_ON_DEVICE = {}
 
 
-def _offsets():
-    if "offsets" not in _device_offsets:
-        _device_offsets["offsets"] = cuda.to_device(OFFSETS.astype(np.int32))
-    return _device_offsets["offsets"]
+def offsets_on_device():
+    if "offsets" not in _OFFSETS_ON_DEVICE:
+        _OFFSETS_ON_DEVICE["offsets"] = cuda.to_device(OFFSETS.astype(np.int32))
+    return _OFFSETS_ON_DEVICE["offsets"]
 
 
 def rulebook(pairs, stream=0):
