@@ -168,7 +168,7 @@ def test_strided_outputs_and_convolution_match_the_definition(case):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("channels, out_channels", [(16, 8), (32, 20)])
+@pytest.mark.parametrize("channels, out_channels", [(16, 8), (32, 20), (8, 1)])
 def test_tensor_cores_match_the_fp16_reference(case, channels, out_channels):
     """FP16 features and weights, FP32 sums: exact products, so float32's tolerance against the
     reference of the rounded values; K not a multiple of 8 (a ragged n-tile)."""
@@ -184,11 +184,16 @@ def test_tensor_cores_match_the_fp16_reference(case, channels, out_channels):
     workbook.assert_close(out.copy_to_host(), want.astype(np.float32), rtol=rtol, atol=atol, name="out")
 
 
+def test_tensor_cores_take_more_channels_than_a_step():
+    """C = 72: two steps a tap (64 channels, then 8 and zero-filled chunks); K = 64: every n-tile."""
+    test_tensor_cores_match_the_fp16_reference("a small scan", 72, 64)
+
+
 def test_tensor_cores_refuse_what_they_cannot_take():
     _, pairs = _pairs(scan.TINY["a 6 x 6 plane"])
     layer = tensor.TensorImplicitGemm(pairs)
-    x16, wt16 = tensor.to_half(np.zeros((36, 24), np.float32), np.zeros((27, 24, 8), np.float32))
-    with pytest.raises(ValueError, match="C a multiple of 16"):
+    x16, wt16 = tensor.to_half(np.zeros((36, 12), np.float32), np.zeros((27, 12, 8), np.float32))
+    with pytest.raises(ValueError, match="C a multiple of 8"):
         layer(x16, wt16, cuda.device_array((36, 8), np.float32))
     x16, wt16 = tensor.to_half(np.zeros((35, 16), np.float32), np.zeros((27, 16, 8), np.float32))
     with pytest.raises(ValueError, match="x16 has 35 rows, the maps have 36 input sites"):

@@ -55,7 +55,7 @@ if torch is not None:  # float32 means float32 for torch's GEMMs too
     torch.backends.cuda.matmul.allow_tf32 = False
 spconv, spconv_missing = spconv_baseline.load()  # spconv 2.x, where it is installed (see "spconv 2.x" below)
 
-CHANNELS = workbook.size(gpu=64, sim=16)  # the tensor-core kernel takes 16 channels a step
+CHANNELS = workbook.size(gpu=64, sim=16)  # the tensor-core kernel takes a multiple of 8
 OUT_CHANNELS = workbook.size(gpu=64, sim=12)
 
 # %% [markdown]
@@ -224,13 +224,15 @@ if workbook.ON_GPU:
 # %% [markdown]
 # ## On tensor cores: FP16 features and weights
 #
-# The same implicit GEMM with chapter 09's `mma.sync.m16n8k16` (`tensor.py`): a warp owns 16 output
-# rows and all the output channels; for each tap and 16 channels its lanes load their A fragments
-# (two FP16 channels a word) from the source rows through the pair table and their B fragments from
-# the tap's weights, stored transposed so that two neighbouring channels are one word, straight
-# from global memory. The features and weights are rounded to FP16 once, before the layer; the sums
-# stay FP32, and the check is against the reference of the rounded values. Beside it, torch's
-# gather-GEMM-scatter in FP16 (its products in FP16, summed in float32).
+# The same implicit GEMM with chapter 09's `mma.sync.m16n8k16` (`tensor.py`), fed as chapter 09's
+# pipelined GEMM feeds it: a step is one tap and 64 channels; cp.async copies the step's A tile
+# (the block's 64 source rows, gathered through the pair table: a missing neighbour's copy reads 0
+# bytes and zero-fills) and the tap's weights (stored transposed, a row per output channel) into
+# shared memory, three steps in flight; the warps read their fragments with ldmatrix from a
+# swizzled layout, and each owns 16 output rows by all the output channels. The features and
+# weights are rounded to FP16 once, before the layer; the sums stay FP32, and the check is against
+# the reference of the rounded values. Beside it, torch's gather-GEMM-scatter in FP16 (its products
+# in FP16, summed in float32).
 
 # %%
 workbook.show(tensor.tensor_kernel)
@@ -484,8 +486,9 @@ exercises.show("ch11.3")
 # ## More to try
 # 1. A strided layer's output sites in key order (a sort of the claimed keys), so that a network's
 #    layers see them in the same order on every run.
-# 2. The tensor-core kernel with its tiles through shared memory (cp.async and ldmatrix, as chapter
-#    09's pipelined GEMM): each weight fragment is now loaded by every warp from L1.
+# 2. The tensor-core kernel with 128 rows a block (8 warps): half the weight copies per row, a few
+#    more taps per block. Or the weights of all 27 taps kept in shared memory by a persistent block
+#    an SM (27 x 8 KB in FP16).
 # 3. Group the rows by all 27 bits of their masks (a second counting-sort pass on the low bits,
 #    stable): how many taps does a block then skip?
 #

@@ -1,25 +1,30 @@
-"""The implicit GEMM on tensor cores: FP16 features and weights, FP32 sums (chapter 09's mma.sync).
+"""The implicit GEMM on tensor cores: FP16 features and weights, FP32 sums (chapter 09's mma.sync,
+cp.async and ldmatrix).
 
-The same output-stationary GEMM as implicit.py, its tiles fed to `mma.sync.m16n8k16` straight from
-global memory, no shared memory at all:
+The same output-stationary GEMM as implicit.py, fed as chapter 09's pipelined GEMM feeds its
+tensor cores:
 - a block of WARPS warps takes BM = 16 * WARPS output rows (in the grouped order) and all K output
-  channels; warp w owns rows 16w .. 16w + 15, n-tiles of 8 channels side by side (4 sums a thread
-  each);
-- for each tap its rows have, and each 16 channels of it: lane (g, t) of the warp loads its A
-  fragment, two FP16 channels a 32-bit word, from the source rows of its rows g and g + 8 through
-  the pair table (a missing neighbour: zeros), and for each n-tile its B fragment from the tap's
-  weights stored transposed, (27, K, C), so that two neighbouring channels of one output channel
-  are one word; then one mma per n-tile.
+  channels; warp w owns rows 16w .. 16w + 15 by n-tiles of 8 channels (4 sums a thread each);
+- a step is one tap and BKC = 64 of its channels: the A tile (the BM rows' source rows, 128
+  bytes each) and the tap's weights (stored transposed, (27, K, C): a row per output channel) are
+  copied into shared memory by cp.async, 16 bytes a copy, without passing through registers. The
+  gather is in the copies: row r's chunks come from its source row through the pair table, and a
+  missing neighbour's are zero-filled (a copy of 0 bytes). Three steps in flight: while the warps
+  multiply one, the next two are being copied;
+- the warps read their fragments with ldmatrix from a swizzled layout (16-byte chunk c of row r at
+  chunk c XOR r % 8: the 8 rows a matrix reads lie on 8 different bank groups), then one mma per
+  n-tile and 16 channels.
 Features and weights are rounded to FP16 once, before the layer (`to_half`); what is multiplied is
 exact in FP32, so the check is against the reference of the rounded values. A block's taps are
 the OR of its BM rows' masks, rows grouped as implicit.py's are (grouping.py)."""
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda, float32, int32
 
 from workbook import ON_GPU
 from workbook.inputs import require
-from workbook.tensor_cores import mma_f16, tensor_cores
+from workbook.memory import aligned
+from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_f16, tensor_cores
 
 from . import grouping
 from .grouping import next_tap
@@ -27,48 +32,105 @@ from .reference import TAPS
 
 WARPS = 4
 BM = 16 * WARPS
+THREADS = 32 * WARPS
 MAX_TILES = 8  # n-tiles a warp holds: K up to 64 (32 sums a thread)
-SUMS = 4 * MAX_TILES  # a local array's size: a plain name, which numba reads as a constant
+BKC = 64  # channels a step: 128 bytes of a row, 8 chunks of 16 bytes
+CHUNKS = BKC // 8
+ROWS_APART = THREADS // CHUNKS  # rows between one thread's copies (a thread copies chunk tid % 8 of its rows)
+COPIES = BM * CHUNKS // THREADS  # chunks of A a thread copies a step; of B too (8 * MAX_TILES = BM rows)
+STAGES = 3  # steps in flight: 3 x 16 KB of shared memory
+WAIT_FOR = STAGES - 2  # copy groups left in flight by a wait (a constant: cp.async.wait_group takes no register)
+A_STAGE, B_STAGE = BM * BKC, 8 * MAX_TILES * BKC
+A_SHARED, B_SHARED = STAGES * A_STAGE, STAGES * B_STAGE  # numba sizes arrays from plain names
+SUMS = 4 * MAX_TILES
 ZERO = float32(0)
 
 
+@cuda.jit(device=True, inline=True)
+def swizzled(row, chunk):
+    """Where 16-byte chunk `chunk` of `row` of a stage lives (in halves)."""
+    return row * BKC + (chunk ^ (row & 7)) * 8
+
+
+@cuda.jit(device=True, inline=True)
+def advance(taps, k, c0, C):
+    """The step after (tap k, channels c0 ..): the next BKC channels, or the next tap the block has."""
+    if c0 + BKC < C:
+        return k, c0 + BKC
+    return next_tap(taps, k), 0
+
+
+@cuda.jit(device=True, inline=True)
+def issue_step(x16, wt16, neighbours, rows, k, c0, stage, tid, a_s, b_s):
+    """This thread's cp.async copies of step (tap k, channels c0 ..) into `stage`: chunk tid % 8 of
+    A's rows tid / 8 + 16i (rows[i]: their rows of the pair table, -1 past the end) and of the
+    weights' rows (output channels) as many. Chunks past C, past K or of a missing neighbour are
+    zero-filled; their address is never read (index 0)."""
+    C, K = x16.shape[1], wt16.shape[1]
+    chunk = tid % CHUNKS
+    c = c0 + 8 * chunk
+    for i in range(COPIES):
+        r = tid // CHUNKS + ROWS_APART * i
+        src = neighbours[rows[i], k] if rows[i] >= 0 else -1
+        ok = src >= 0 and c < C
+        cp_async16(a_s, stage * A_STAGE + swizzled(r, chunk), x16, src * C + c if ok else 0, 16 if ok else 0)
+        ok = r < K and c < C
+        cp_async16(b_s, stage * B_STAGE + swizzled(r, chunk), wt16, (k * K + r) * C + c if ok else 0, 16 if ok else 0)
+
+
 @cuda.jit
-def tensor_kernel(x_words, wt_words, neighbours, order, tile_masks, out):
-    """out[order[r], :] for the block's BM rows. x_words (inputs, C / 2) uint32: the FP16 features,
-    two channels a word; wt_words (27, K, C / 2) uint32: the FP16 weights transposed, likewise;
-    neighbours (N, 27), order (N,), tile_masks (row tiles,) as implicit.py's; out (N, K) float32."""
-    N, words = neighbours.shape[0], x_words.shape[1]  # N output rows; words: C / 2
-    K = out.shape[1]
-    lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
+def tensor_kernel(x16, wt16, neighbours, order, tile_masks, out):
+    """out[order[r], :] for the block's BM rows. x16 (inputs, C) float16; wt16 (27, K, C) float16, the
+    weights transposed; neighbours (N, 27), order (N,), tile_masks (row tiles,) as implicit.py's;
+    out (N, K) float32."""
+    N, C, K = neighbours.shape[0], x16.shape[1], out.shape[1]
+    tid = cuda.threadIdx.x
+    lane, warp = tid % 32, tid // 32
     g, t = lane // 4, lane % 4
-    r_lo = cuda.blockIdx.x * BM + warp * 16 + g  # this lane's rows: r_lo and r_lo + 8
-    r_hi = r_lo + 8
+    a_s = cuda.shared.array(A_SHARED, np.float16)
+    b_s = cuda.shared.array(B_SHARED, np.float16)
     acc = cuda.local.array(SUMS, float32)
+    rows = cuda.local.array(COPIES, int32)
     for i in range(SUMS):
         acc[i] = ZERO
+    row0 = cuda.blockIdx.x * BM
+    for i in range(COPIES):  # the rows this thread copies A for: the same at every step
+        r = row0 + tid // CHUNKS + ROWS_APART * i
+        rows[i] = order[r] if r < N else -1
     tiles = (K + 7) // 8
     taps = tile_masks[cuda.blockIdx.x]
-    k = next_tap(taps, -1)
+    k_in, c_in = next_tap(taps, -1), 0  # the next step to copy
+    for stage in range(STAGES - 1):  # the first steps' copies in flight
+        if k_in < TAPS:
+            issue_step(x16, wt16, neighbours, rows, k_in, c_in, stage, tid, a_s, b_s)
+            k_in, c_in = advance(taps, k_in, c_in, C)
+        cp_async_commit()  # a group a step, empty or not, so that the wait below counts right
+    k, c0 = next_tap(taps, -1), 0  # the step to multiply
+    read, write = 0, STAGES - 1
     while k < TAPS:
-        src_lo = neighbours[order[r_lo], k] if r_lo < N else -1
-        src_hi = neighbours[order[r_hi], k] if r_hi < N else -1
-        for w0 in range(0, words, 8):  # 16 channels a step: words w0 .. w0 + 7
-            a0 = x_words[src_lo, w0 + t] if src_lo >= 0 else uint32(0)
-            a1 = x_words[src_hi, w0 + t] if src_hi >= 0 else uint32(0)
-            a2 = x_words[src_lo, w0 + t + 4] if src_lo >= 0 else uint32(0)
-            a3 = x_words[src_hi, w0 + t + 4] if src_hi >= 0 else uint32(0)
-            for n in range(MAX_TILES):
-                if n < tiles:  # the same for the whole warp
-                    column = n * 8 + g
-                    b0 = wt_words[k, column, w0 + t] if column < K else uint32(0)
-                    b1 = wt_words[k, column, w0 + t + 4] if column < K else uint32(0)
-                    d = mma_f16((a0, a1, a2, a3), (b0, b1), (acc[4 * n], acc[4 * n + 1], acc[4 * n + 2],
-                                                             acc[4 * n + 3]))
-                    acc[4 * n], acc[4 * n + 1], acc[4 * n + 2], acc[4 * n + 3] = d
-        k = next_tap(taps, k)
-    for n in range(MAX_TILES):  # C register q: row g + 8 (q // 2), column 2t + q % 2 of n-tile n
+        cp_async_wait(WAIT_FOR)  # this thread's copies of step `read` have landed ...
+        cuda.syncthreads()  # ... and everyone's; and every warp is done with the stage refilled next
+        if k_in < TAPS:
+            issue_step(x16, wt16, neighbours, rows, k_in, c_in, write, tid, a_s, b_s)
+            k_in, c_in = advance(taps, k_in, c_in, C)
+        cp_async_commit()
+        for kk in range(CHUNKS // 2):  # 16 channels at a time
+            a = ldmatrix_x4(a_s, read * A_STAGE + swizzled(16 * warp + lane % 16, 2 * kk + lane // 16))
+            for j in range(0, MAX_TILES, 2):  # two n-tiles a load: (j, low k), (j, high k), (j + 1, ...)
+                if j < tiles:  # the same for the whole warp
+                    m = lane // 8
+                    b = ldmatrix_x4(b_s, read * B_STAGE + swizzled(8 * (j + m // 2) + lane % 8, 2 * kk + m % 2))
+                    d = mma_f16(a, (b[0], b[1]), (acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]))
+                    acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3] = d
+                    d = mma_f16(a, (b[2], b[3]), (acc[4 * j + 4], acc[4 * j + 5], acc[4 * j + 6], acc[4 * j + 7]))
+                    acc[4 * j + 4], acc[4 * j + 5], acc[4 * j + 6], acc[4 * j + 7] = d
+        read = read + 1 if read < STAGES - 1 else 0
+        write = write + 1 if write < STAGES - 1 else 0
+        k, c0 = advance(taps, k, c0, C)
+    r_lo = row0 + 16 * warp + g  # C register q: row g + 8 (q // 2), column 2t + q % 2 of n-tile n
+    for n in range(MAX_TILES):
         for q in range(4):
-            r = r_hi if q >= 2 else r_lo
+            r = r_lo + 8 if q >= 2 else r_lo
             column = n * 8 + 2 * t + q % 2
             if n < tiles and r < N and column < K:
                 out[order[r], column] = acc[4 * n + q]
@@ -108,13 +170,17 @@ class TensorImplicitGemm:
 
     def __call__(self, x16, wt16, out, stream=0):
         """x16 (inputs, C) float16, wt16 (27, K, C) float16 (to_half), out (N, K) float32; C a multiple
-        of 16, K at most 8 * MAX_TILES."""
+        of 8 (rows of whole 16-byte chunks), K at most 8 * MAX_TILES; x16 and wt16 16-byte aligned."""
         x16 = require(x16, "x16", dtype=np.float16, ndim=2)
         wt16 = require(wt16, "wt16", dtype=np.float16, ndim=3)
         C, K = x16.shape[1], wt16.shape[1]
-        if C % 16 or wt16.shape[2] != C:
+        if C % 8 or wt16.shape[2] != C:
             raise ValueError(f"x16 has {C} channels and wt16 shape {tuple(wt16.shape)}: the tensor-core kernel "
-                             "takes C a multiple of 16 (one mma's depth) and wt16 (27, K, C); pad the channels with zeros")
+                             "takes C a multiple of 8 (rows of 16-byte chunks) and wt16 (27, K, C); pad the channels "
+                             "with zeros")
+        if not (aligned(x16, 16) and aligned(wt16, 16)):
+            raise ValueError("x16 and wt16 must start on a 16-byte boundary (cp.async copies 16 bytes): "
+                             "pass whole device arrays, not views that start mid-row")
         if K > 8 * MAX_TILES:
             raise ValueError(f"K = {K} output channels: this kernel holds at most {8 * MAX_TILES}")
         if ON_GPU:
@@ -127,6 +193,5 @@ class TensorImplicitGemm:
         if wt16.shape[0] != TAPS:
             raise ValueError(f"wt16 has shape {tuple(wt16.shape)}, expected ({TAPS}, K, C)")
         out = require(out, "out", dtype=np.float32, shape=(m.neighbours.shape[0], K))
-        tensor_kernel[-(-out.shape[0] // BM), 32 * WARPS, stream](x16.view(np.uint32), wt16.view(np.uint32),
-                                                                  m.neighbours, m.order, m.tile_masks, out)
+        tensor_kernel[-(-out.shape[0] // BM), THREADS, stream](x16, wt16, m.neighbours, m.order, m.tile_masks, out)
         return out
