@@ -29,7 +29,10 @@
 # - naive: gather each tap's input rows, a GEMM per tap (chapter 04's), scatter-add into the output;
 # - optimized: one implicit GEMM over the output rows, the gather fused into its tile loads from
 #   the pair table, each output row written once (output-stationary), rows grouped by their tap
-#   masks so that a block skips the taps none of its rows has.
+#   masks so that a block skips the taps none of its rows has; then the same on FP16 tensor cores;
+# - why the maps' build is mostly launches and allocations, and how one cooperative launch over
+#   buffers kept from the last build removes them;
+# - how all of it compares with spconv 2.x, the library these notes come from, on the same layer.
 #
 # Every kernel is checked against two NumPy references (`reference.py`): the definition (the
 # features scattered into a dense grid, a dense convolution, read back at the active sites) at
