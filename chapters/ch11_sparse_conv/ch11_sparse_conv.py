@@ -231,8 +231,8 @@ if workbook.ON_GPU:
 # pipelined GEMM feeds it: a step is one tap and 64 channels; cp.async copies the step's A tile
 # (the block's 64 source rows, gathered through the pair table: a missing neighbour's copy reads 0
 # bytes and zero-fills) and the tap's weights (stored transposed, a row per output channel) into
-# shared memory, three steps in flight; the warps read their fragments with ldmatrix from a
-# swizzled layout, and each owns 16 output rows by all the output channels. The features and
+# shared memory, the next step's while this one is multiplied; the warps read their fragments with
+# ldmatrix from a swizzled layout, and each owns 16 output rows by all the output channels. The features and
 # weights are rounded to FP16 once, before the layer; the sums stay FP32, and the check is against
 # the reference of the rounded values. Beside it, torch's gather-GEMM-scatter in FP16 (its products
 # in FP16, summed in float32).

@@ -9,8 +9,8 @@ tensor cores:
   bytes each) and the tap's weights (stored transposed, (27, K, C): a row per output channel) are
   copied into shared memory by cp.async, 16 bytes a copy, without passing through registers. The
   gather is in the copies: row r's chunks come from its source row through the pair table, and a
-  missing neighbour's are zero-filled (a copy of 0 bytes). Three steps in flight: while the warps
-  multiply one, the next two are being copied;
+  missing neighbour's are zero-filled (a copy of 0 bytes). While the warps multiply one step, the
+  next is being copied, and the pair-table entries of the one after are being loaded;
 - the warps read their fragments with ldmatrix from a swizzled layout (16-byte chunk c of row r at
   chunk c XOR r % 8: the 8 rows a matrix reads lie on 8 different bank groups), then one mma per
   n-tile and 16 channels.
@@ -37,9 +37,9 @@ MAX_TILES = 8  # n-tiles a warp holds: K up to 64 (32 sums a thread)
 BKC = 64  # channels a step: 128 bytes of a row, 8 chunks of 16 bytes
 CHUNKS = BKC // 8
 ROWS_APART = THREADS // CHUNKS  # rows between one thread's copies (a thread copies chunk tid % 8 of its rows)
-COPIES = BM * CHUNKS // THREADS  # chunks of A a thread copies a step; of B too (8 * MAX_TILES = BM rows)
-STAGES = 3  # steps in flight: 3 x 16 KB of shared memory
-WAIT_FOR = STAGES - 2  # copy groups left in flight by a wait (a constant: cp.async.wait_group takes no register)
+A_COPIES, B_COPIES = BM * CHUNKS // THREADS, 8 * MAX_TILES * CHUNKS // THREADS  # chunks a thread copies a step
+STAGES = 2  # stages of 16 KB: one multiplied while the next is copied (3 measured no faster: EXPERIMENTS.md)
+WAIT_FOR = max(STAGES - 2, 0)  # copy groups left in flight by a wait (a constant: wait_group takes no register)
 A_STAGE, B_STAGE = BM * BKC, 8 * MAX_TILES * BKC
 A_SHARED, B_SHARED = STAGES * A_STAGE, STAGES * B_STAGE  # numba sizes arrays from plain names
 SUMS = 4 * MAX_TILES
@@ -61,21 +61,32 @@ def advance(taps, k, c0, C):
 
 
 @cuda.jit(device=True, inline=True)
-def issue_step(x16, wt16, neighbours, rows, k, c0, stage, tid, a_s, b_s):
+def sources(neighbours, rows, k, srcs):
+    """srcs[i]: the input row under tap k of this thread's A row i (rows[i] in the pair table, -1
+    past the end), or -1. Loaded a step before the copies that use them, so that issuing the copies
+    does not wait for the pair table."""
+    for i in range(A_COPIES):
+        srcs[i] = neighbours[rows[i], k] if rows[i] >= 0 else -1
+
+
+@cuda.jit(device=True, inline=True)
+def issue_step(x16, wt16, srcs, k, c0, stage, tid, a_s, b_s):
     """This thread's cp.async copies of step (tap k, channels c0 ..) into `stage`: chunk tid % 8 of
-    A's rows tid / 8 + 16i (rows[i]: their rows of the pair table, -1 past the end) and of the
-    weights' rows (output channels) as many. Chunks past C, past K or of a missing neighbour are
-    zero-filled; their address is never read (index 0)."""
+    A's rows tid / 8 + 16i (from input rows srcs[i]) and of the weights' rows (output channels) as
+    many. Chunks past C, past K or of a missing neighbour are zero-filled; their address is never
+    read (index 0)."""
     C, K = x16.shape[1], wt16.shape[1]
     chunk = tid % CHUNKS
     c = c0 + 8 * chunk
-    for i in range(COPIES):
+    for i in range(A_COPIES):
         r = tid // CHUNKS + ROWS_APART * i
-        src = neighbours[rows[i], k] if rows[i] >= 0 else -1
+        src = srcs[i]
         ok = src >= 0 and c < C
         cp_async16(a_s, stage * A_STAGE + swizzled(r, chunk), x16, src * C + c if ok else 0, 16 if ok else 0)
-        ok = r < K and c < C
-        cp_async16(b_s, stage * B_STAGE + swizzled(r, chunk), wt16, (k * K + r) * C + c if ok else 0, 16 if ok else 0)
+    for i in range(B_COPIES):
+        n = tid // CHUNKS + ROWS_APART * i
+        ok = n < K and c < C
+        cp_async16(b_s, stage * B_STAGE + swizzled(n, chunk), wt16, (k * K + n) * C + c if ok else 0, 16 if ok else 0)
 
 
 @cuda.jit
@@ -90,20 +101,25 @@ def tensor_kernel(x16, wt16, neighbours, order, tile_masks, out):
     a_s = cuda.shared.array(A_SHARED, np.float16)
     b_s = cuda.shared.array(B_SHARED, np.float16)
     acc = cuda.local.array(SUMS, float32)
-    rows = cuda.local.array(COPIES, int32)
+    rows = cuda.local.array(A_COPIES, int32)
+    srcs = cuda.local.array(A_COPIES, int32)
     for i in range(SUMS):
         acc[i] = ZERO
     row0 = cuda.blockIdx.x * BM
-    for i in range(COPIES):  # the rows this thread copies A for: the same at every step
+    for i in range(A_COPIES):  # the rows this thread copies A for: the same at every step
         r = row0 + tid // CHUNKS + ROWS_APART * i
         rows[i] = order[r] if r < N else -1
     tiles = (K + 7) // 8
     taps = tile_masks[cuda.blockIdx.x]
     k_in, c_in = next_tap(taps, -1), 0  # the next step to copy
+    if k_in < TAPS:
+        sources(neighbours, rows, k_in, srcs)
     for stage in range(STAGES - 1):  # the first steps' copies in flight
         if k_in < TAPS:
-            issue_step(x16, wt16, neighbours, rows, k_in, c_in, stage, tid, a_s, b_s)
+            issue_step(x16, wt16, srcs, k_in, c_in, stage, tid, a_s, b_s)
             k_in, c_in = advance(taps, k_in, c_in, C)
+            if k_in < TAPS:
+                sources(neighbours, rows, k_in, srcs)
         cp_async_commit()  # a group a step, empty or not, so that the wait below counts right
     k, c0 = next_tap(taps, -1), 0  # the step to multiply
     read, write = 0, STAGES - 1
@@ -111,8 +127,10 @@ def tensor_kernel(x16, wt16, neighbours, order, tile_masks, out):
         cp_async_wait(WAIT_FOR)  # this thread's copies of step `read` have landed ...
         cuda.syncthreads()  # ... and everyone's; and every warp is done with the stage refilled next
         if k_in < TAPS:
-            issue_step(x16, wt16, neighbours, rows, k_in, c_in, write, tid, a_s, b_s)
+            issue_step(x16, wt16, srcs, k_in, c_in, write, tid, a_s, b_s)
             k_in, c_in = advance(taps, k_in, c_in, C)
+            if k_in < TAPS:  # the next copies' sources: in flight while this step is multiplied
+                sources(neighbours, rows, k_in, srcs)
         cp_async_commit()
         for kk in range(CHUNKS // 2):  # 16 channels at a time
             a = ldmatrix_x4(a_s, read * A_STAGE + swizzled(16 * warp + lane % 16, 2 * kk + lane // 16))
