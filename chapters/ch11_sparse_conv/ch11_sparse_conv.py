@@ -314,9 +314,9 @@ chapter.compare(
 #
 # A network builds its maps once per active set and runs many layers on them. Timed here, the
 # whole build for each variant, with its waits for the GPU (the rulebook's ends by copying its tap
-# lengths to the host: the GEMMs' sizes). Built as above, the maps take seven launches, a dozen
-# allocations and a 4 MB copy that empties the hash table: on the GPU that is mostly host time, not
-# work. `onelaunch.MapBuilder` builds the implicit GEMM's maps in **one cooperative launch**, the
+# lengths to the host: the GEMMs' sizes). Built as above, the implicit GEMM's maps take six
+# launches, ten allocations and copies from the host (the empty hash table, eight bytes a slot, and
+# zeroed counters): on the GPU that is mostly host time, not work. `onelaunch.MapBuilder` builds the implicit GEMM's maps in **one cooperative launch**, the
 # same device functions as phases between grid-wide barriers, into buffers it allocated once.
 
 # %%

@@ -1,9 +1,9 @@
 """The implicit GEMM's maps in one launch, into buffers allocated once.
 
-Built as maps.py and grouping.py build them, the maps of one active set take seven launches, a
-dozen allocations and a 4 MB copy to empty the hash table; on the GPU each launch from Python
-costs tens of microseconds of host time and each allocation more, against a few microseconds of
-work. Here the same steps are phases of one kernel, launched cooperatively (every block resident,
+Built as maps.py and grouping.py build them, the maps of one active set take six launches, ten
+allocations and copies from the host (the empty hash table, zeroed counters); on the GPU each
+launch from Python costs tens of microseconds of host time and each allocation more, against a
+few microseconds of work. Here the same steps are phases of one kernel, launched cooperatively (every block resident,
 so a grid-wide barrier, `cuda.cg.this_grid().sync()`, can separate the phases), over buffers that
 a `MapBuilder` allocates once for up to `max_sites` sites and reuses at every build, as a
 network's workspace (or torch's caching allocator, which spconv uses) would:
