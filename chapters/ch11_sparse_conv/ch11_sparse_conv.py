@@ -225,6 +225,44 @@ if workbook.ON_GPU:
                 at_least=0.7)
 
 # %% [markdown]
+# ## What the memory sees, without a GPU
+#
+# The simulator's memory trace (`workbook.memtrace`, chapter 00) counts each warp's requests to
+# global memory and the 32-byte sectors they touch, as Nsight Compute does, and the passes of the
+# shared-memory requests. On the small scan a laptop runs, the **stores** tell the two apart:
+# gather-GEMM-scatter writes every tap's gathered rows and products, and adds into the output tap
+# by tap; the implicit GEMM writes each output row once. Its **loads** are not fewer here: each
+# block reads the weights of every tap its rows have, and with the simulator's tile (8 output
+# channels a block) it reads each gathered row once per block of channels. On the GPU one block
+# holds all 64 output channels, and those re-reads come mostly from L1 and L2, where
+# gather-GEMM-scatter's intermediates, 4 x 64 x 4 bytes a pair, go out to memory and come back.
+
+# %%
+from workbook import memtrace  # noqa: E402
+
+
+def traffic(layer, out):
+    """Bytes one call of the layer moves through global memory, loads and stores (32-byte
+    sectors), and its shared-memory passes."""
+    with memtrace.trace() as recorded:
+        layer(d_x, d_w, out)
+    spaces = [(what, totals) for launched in recorded.kernels().values() for what, totals in launched.items()]
+    return {"loads": sum(t.moved for what, t in spaces if what == "global ld"),
+            "stores": sum(t.moved for what, t in spaces if what == "global st"),
+            "shared passes": sum(t.passes for what, t in spaces if what.startswith("shared"))}
+
+
+if workbook.ON_GPU:
+    print("(the memory trace runs in the simulator: WORKBOOK_DEVICE=sim; on a GPU, Nsight Compute counts the same)")
+else:
+    traced = {"gather-GEMM-scatter": traffic(gathered, out_naive), "implicit GEMM": traffic(fused, out_fused)}
+    for name, counted in traced.items():
+        print(f"{name:20s} stores {counted['stores'] / 1024:6.1f} KB, loads {counted['loads'] / 1024:6.1f} KB, "
+              f"{counted['shared passes']} shared-memory passes")
+    print(f"(N = {N} sites, {pair_count} pairs, C = {CHANNELS}, K = {OUT_CHANNELS}; the output alone is "
+          f"{4 * N * OUT_CHANNELS / 1024:.1f} KB)")
+
+# %% [markdown]
 # ## On tensor cores: FP16 features and weights
 #
 # The same implicit GEMM with chapter 09's `mma.sync.m16n8k16` (`tensor.py`), fed as chapter 09's
