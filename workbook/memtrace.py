@@ -34,8 +34,6 @@ cudaMalloc's are; an access's offset in a view counts from its allocation.
 import collections
 import contextlib
 
-from .simulator import watch
-
 WARP = 32
 SECTOR = 32
 BANKS = 32
@@ -53,6 +51,8 @@ def trace(lines=False):
     if workbook.ON_GPU:
         raise RuntimeError("memtrace.trace() runs in the simulator (WORKBOOK_DEVICE=sim): on a GPU use "
                            "Nsight Compute, whose counters it models")
+    from .simulator import watch  # here, not at import: a GPU machine without greenlet imports memtrace too
+
     recorder = Trace(lines)
     with watch.listening(recorder):
         yield recorder
