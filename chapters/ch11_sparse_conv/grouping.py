@@ -121,9 +121,16 @@ def next_tap(taps, k):
     return k
 
 
-def row_order(masks, rows, group=True, stream=0):
+def row_order(masks, rows, group=True, stream=0, grouped=None):
     """(order, tile_masks) of a kernel that takes `rows` output rows a block: the rows grouped by
-    mask (group=False: in the pair table's order) and each tile's mask."""
+    mask (group=False: in the pair table's order) and each tile's mask; or `grouped`, the pair
+    already made (onelaunch.MapBuilder), checked to be in tiles of `rows`."""
+    if grouped is not None:
+        order, tiles = grouped
+        if tiles.shape[0] != -(-order.shape[0] // rows):
+            raise ValueError(f"grouped: {tiles.shape[0]} tile masks for {order.shape[0]} rows: made for tiles "
+                             f"of another size than this kernel's {rows} rows")
+        return order, tiles
     order = group_by_mask(masks, stream) if group else cuda.to_device(np.arange(masks.shape[0], dtype=np.int32),
                                                                       stream=stream)
     return order, tile_masks(masks, order, rows, stream)

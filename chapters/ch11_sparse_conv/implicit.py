@@ -143,10 +143,7 @@ class ImplicitGemm:
     def __init__(self, pairs, group=True, stream=0, grouped=None):
         """grouped: (order, tile_masks) already made in tiles of BM rows (onelaunch.MapBuilder)."""
         self.neighbours, self.inputs = pairs.neighbours, pairs.inputs
-        self.order, self.tile_masks = grouped or grouping.row_order(pairs.masks, BM, group, stream)
-        if self.tile_masks.shape[0] != -(-self.order.shape[0] // BM):
-            raise ValueError(f"grouped: {self.tile_masks.shape[0]} tile masks for {self.order.shape[0]} rows: "
-                             f"made for tiles of another size than this kernel's {BM} rows")
+        self.order, self.tile_masks = grouping.row_order(pairs.masks, BM, group, stream, grouped)
 
     def taps_per_tile(self):
         """How many of the 27 taps a block runs, on average (copies the tiles' masks to the host)."""

@@ -23,6 +23,7 @@ A build's maps live in the builder's buffers: the next build replaces them."""
 import numpy as np
 from numba import cuda, int32
 
+from chapters.ch10_lstm.persistent import cooperative_limit
 from workbook.inputs import require
 
 from .grouping import BUCKETS, SCAN_THREADS, block_scan, bucket, claim
@@ -112,7 +113,7 @@ class MapBuilder:
         self.bad = cuda.device_array(2, np.int64, stream=stream)
         self.bad_host = cuda.pinned_array(2, np.int64)
         self.blocks = None  # the cooperative grid: as many blocks as can be resident, found at the first build
-        self.views = {}  # n -> the buffers' views for n sites (making a view costs host time)
+        self.n, self.views = None, None  # the last build's size, the buffers' views for it (a view costs host time)
 
     def build(self, coords):
         """(Pairs, order, tile_masks) of coords (N, 3) int32 on the device, N <= max_sites: views of
@@ -122,16 +123,16 @@ class MapBuilder:
         if coords.shape[1] != 3 or not 1 <= n <= self.max_sites:
             raise ValueError(f"coords has shape {tuple(coords.shape)}, expected (N, 3) with 1 <= N <= "
                              f"{self.max_sites} (the builder's max_sites)")
-        if n not in self.views:
+        if n != self.n:
             slots = capacity(n)
-            self.views[n] = (self.keys[:slots], self.values[:slots], np.int64(64 - (slots.bit_length() - 1)),
-                             self.probes[:n], self.neighbours[:n], self.masks[:n], self.order[:n],
-                             self.tile_masks[:-(-n // self.rows)])
-        keys, values, shift, probes, neighbours, masks, order, tile_masks = self.views[n]
+            self.n, self.views = n, (self.keys[:slots], self.values[:slots], np.int64(64 - (slots.bit_length() - 1)),
+                                     self.probes[:n], self.neighbours[:n], self.masks[:n], self.order[:n],
+                                     self.tile_masks[:-(-n // self.rows)])
+        keys, values, shift, probes, neighbours, masks, order, tile_masks = self.views
         args = (coords, keys, values, shift, probes, self.bad, offsets_on_device(), neighbours, masks, self.counts,
                 self.starts, self.totals, order, np.int32(self.rows), tile_masks)
         if self.blocks is None:
-            self.blocks = min(_resident_blocks(args), BUCKETS)
+            self.blocks = min(cooperative_limit(maps_kernel, args, THREADS, 0), BUCKETS)
         maps_kernel[self.blocks, THREADS, self.stream](*args)
         self.bad.copy_to_host(self.bad_host, stream=self.stream)  # the one wait for the GPU
         if self.stream:
@@ -143,11 +144,3 @@ class MapBuilder:
             raise ValueError(f"coords: {duplicates} repeat a coordinate another site has: voxelize first")
         return Pairs(neighbours, masks, n), order, tile_masks
 
-
-def _resident_blocks(args):
-    """The largest grid whose blocks of THREADS threads can all be resident at once."""
-    from workbook import ON_GPU
-    if not ON_GPU:
-        return maps_kernel.overloads[None].max_cooperative_grid_blocks(THREADS)
-    import numba
-    return maps_kernel.compile(tuple(numba.typeof(a) for a in args)).max_cooperative_grid_blocks(THREADS)
