@@ -189,6 +189,25 @@ def test_tensor_cores_take_more_channels_than_a_step():
     test_tensor_cores_match_the_fp16_reference("a small scan", 72, 64)
 
 
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+def test_the_implicit_gemm_at_every_alignment_of_its_arrays(offset):
+    """x, w and out as views starting 0-3 floats into their allocations: only 16-byte aligned ones
+    take the 16-byte loads and stores; every offset gives the reference (C = 8, K = 12: whole quads)."""
+    coords = np.asarray(CASES["a small scan"], np.int32)
+    C, K, N = 8, 12, len(coords)
+    x, w = ref.features(N, C, seed=7), ref.weights(C, K, seed=8)
+
+    def shifted(a):
+        flat = cuda.to_device(np.concatenate([np.zeros(offset, np.float32), a.ravel()]))
+        return flat[offset:].reshape(a.shape)
+    _, pairs = _pairs(coords)
+    out = shifted(np.full((N, K), np.nan, np.float32))
+    implicit.ImplicitGemm(pairs)(shifted(x), shifted(w), out)
+    rtol, atol = ref.tolerance(C)
+    workbook.assert_close(out.copy_to_host(), ref.submanifold_direct(coords, x, w).astype(np.float32),
+                          rtol=rtol, atol=atol, name=f"out, offset {offset}")
+
+
 def test_tensor_cores_refuse_what_they_cannot_take():
     _, pairs = _pairs(scan.TINY["a 6 x 6 plane"])
     layer = tensor.TensorImplicitGemm(pairs)
@@ -197,6 +216,11 @@ def test_tensor_cores_refuse_what_they_cannot_take():
         layer(x16, wt16, cuda.device_array((36, 8), np.float32))
     x16, wt16 = tensor.to_half(np.zeros((35, 16), np.float32), np.zeros((27, 16, 8), np.float32))
     with pytest.raises(ValueError, match="x16 has 35 rows, the maps have 36 input sites"):
+        layer(x16, wt16, cuda.device_array((36, 8), np.float32))
+    x16 = cuda.to_device(np.zeros(36 * 16 + 8, np.float16))[8:].reshape(36, 16)  # 16 bytes in: aligned
+    layer(x16, wt16, cuda.device_array((36, 8), np.float32))
+    x16 = cuda.to_device(np.zeros(36 * 16 + 4, np.float16))[4:].reshape(36, 16)  # 8 bytes in: not
+    with pytest.raises(ValueError, match="16-byte boundary"):
         layer(x16, wt16, cuda.device_array((36, 8), np.float32))
     with pytest.raises(TypeError, match="float16"):
         layer(cuda.to_device(np.zeros((36, 16), np.float32)), wt16, cuda.device_array((36, 8), np.float32))
