@@ -17,6 +17,10 @@ MODE = _choose_mode()  # "gpu" or "sim"
 
 from numba import cuda  # noqa: E402  (must follow the mode choice)
 
+from .compat import allow_numpy_2_5 as _allow_numpy_2_5  # noqa: E402
+
+_allow_numpy_2_5(MODE)  # numba-cuda 0.30 with numpy 2.5: see compat.py
+
 # numba-cuda 0.30's own numba.cuda.random (the xoroshiro generators, imported by chapter 02) passes
 # nopython=False to numba.jit, which numba 0.68 warns about at every import: not the reader's concern.
 _warnings.filterwarnings("ignore", message="The keyword argument 'nopython=False' was supplied",
