@@ -81,3 +81,46 @@ def test_copy_quads_moves_any_4_or_8_byte_dtype(dtype):
     src = (data(103) * 1000).astype(dtype)
     out = k.copy_quads(cuda.to_device(src), cuda.device_array(103, dtype=dtype))
     assert_close(out, src, exact=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytes in flight (in_flight.py)
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 31, 33, 4099])
+@pytest.mark.parametrize("blocks_per_sm", [1, 8])
+def test_in_flight_copy_at_awkward_sizes(n, blocks_per_sm):
+    from chapters.ch00_measuring import in_flight
+
+    src = np.random.default_rng(n).standard_normal(n, dtype=np.float32)
+    dst = cuda.device_array(n, np.float32)
+    workbook.check.poison(dst)
+    in_flight.in_flight_copy(cuda.to_device(src), dst, blocks_per_sm)
+    workbook.assert_close(dst, src, exact=True, name=f"in_flight_copy n={n}")
+
+
+def test_in_flight_copy_rejects_what_it_cannot_do():
+    from chapters.ch00_measuring import in_flight
+
+    x = cuda.device_array(64, np.float32)
+    with pytest.raises(ValueError, match="blocks_per_sm"):
+        in_flight.in_flight_copy(x, cuda.device_array_like(x), 9)
+    with pytest.raises(ValueError, match="16-byte"):
+        in_flight.in_flight_copy(x[1:], cuda.device_array(63, np.float32), 1)
+
+
+@pytest.mark.parametrize("n, stride, steps", [(1 << 10, 97, 40), (33, 1, 0), (31, 30, 65)])
+def test_chase_follows_the_chain(n, stride, steps):
+    from chapters.ch00_measuring import in_flight
+
+    out = in_flight.chase(cuda.to_device(in_flight.chain(n, stride)), steps, cuda.device_array(1, np.int32))
+    workbook.assert_close(out, in_flight.chase_reference(n, stride, steps), exact=True, name="chase")
+    with pytest.raises(ValueError, match="stride"):
+        in_flight.chain(n, n)
+
+
+def test_littles_law_arithmetic():
+    from chapters.ch00_measuring import in_flight
+
+    assert in_flight.bytes_in_flight_per_sm(8) == 8 * 256 * 16
+    assert in_flight.needed_per_sm(1000.0, 500.0, 100) == 5000.0  # 1 TB/s x 500 ns / 100 SMs = 5 KB

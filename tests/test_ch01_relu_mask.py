@@ -169,6 +169,24 @@ def _bn_buffers(shape, with_identity, seed):
 @pytest.mark.parametrize("with_identity", [True, False], ids=["bn+add+relu", "bn+relu"])
 @pytest.mark.parametrize("shape", BN_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_batchnorm_relu_forward_backward(shape, with_identity):
+    _check_batchnorm(shape, with_identity)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 5])
+def test_batchnorm_blocks_take_several_planes(groups):
+    """Block (c, g) takes planes g, g + G, ...: one block for all five planes, two blocks that take
+    three and two, and a block a plane; each must give the same answer."""
+    _check_batchnorm((5, 3, 3, 11), True, groups=groups)
+
+
+def test_batchnorm_grid_is_one_wave():
+    resident = bn.sm_count() * bn.BLOCKS_PER_SM
+    assert bn.plane_groups(1000, 1) == resident and bn.plane_groups(3, 1) == 3
+    assert bn.plane_groups(64, resident + 1) == 1  # more channels than blocks fit: one block a channel
+    assert 3 * bn.plane_groups(64, 3) <= resident
+
+
+def _check_batchnorm(shape, with_identity, groups=None):
     x, identity, gamma, beta, running_mean, running_var, dy = _bn_buffers(shape, with_identity, seed=sum(shape))
     y_ref, mask_ref, saved_ref, mean_ref, var_ref = bn.batchnorm_forward_reference(
         x, gamma, beta, running_mean, running_var, identity=identity, momentum=0.2)
@@ -178,7 +196,8 @@ def test_batchnorm_relu_forward_backward(shape, with_identity):
     saved = cuda.device_array((2, c), np.float64)
     y, mask = bn.batchnorm_relu_forward(d(x), d(gamma), d(beta), d_mean, d_var, cuda.device_array(shape, np.float32),
                                         cuda.device_array((n, c, bn.plane_words(h, w)), np.uint32), saved,
-                                        identity=None if identity is None else d(identity), momentum=0.2)
+                                        identity=None if identity is None else d(identity), momentum=0.2,
+                                        groups=groups)
     workbook.assert_close(y, y_ref, rtol=1e-5, atol=1e-5, name="y")
     workbook.assert_close(mask, mask_ref, exact=True, name="mask")
     workbook.assert_close(saved, saved_ref, rtol=1e-7, atol=1e-9, name="saved mean, 1/std")
@@ -190,7 +209,8 @@ def test_batchnorm_relu_forward_backward(shape, with_identity):
         dy, positive, x, gamma, saved_ref, with_identity=with_identity)
     dx, d_identity, dgamma, dbeta = bn.batchnorm_relu_backward(
         d(dy), mask, d(x), d(gamma), saved, cuda.device_array(shape, np.float32), cuda.device_array(c, np.float32),
-        cuda.device_array(c, np.float32), d_identity=cuda.device_array(shape, np.float32) if with_identity else None)
+        cuda.device_array(c, np.float32), d_identity=cuda.device_array(shape, np.float32) if with_identity else None,
+        groups=groups)
     workbook.assert_close(dx, dx_ref, rtol=1e-4, atol=1e-5, name="dx")
     workbook.assert_close(dgamma, dgamma_ref, rtol=1e-5, atol=1e-5, name="dgamma")
     workbook.assert_close(dbeta, dbeta_ref, rtol=1e-5, atol=1e-5, name="dbeta")

@@ -112,6 +112,16 @@ class Comparison:
         ratios = a / b
         return float(np.median(ratios)), *(float(v) for v in np.percentile(ratios, [25, 75]))
 
+    def fraction(self, name):
+        """Variant `name`'s fraction of the copy ceiling measured in this run: (median, 25th, 75th
+        percentile) over its repeats. The figure that travels between GPUs, where a ratio to torch
+        moves with torch's own kernels. NaNs where it was not run, counts no bytes, or in the simulator."""
+        names = {t.name for t in self.timings}
+        if not self.meaningful or name not in names or not self[name].bytes or not self.ceiling:
+            return (float("nan"),) * 3
+        fractions = self[name].bytes / (self[name].times_ms * 1e-3) / 1e9 / self.ceiling["gbps"]
+        return float(np.median(fractions)), *(float(v) for v in np.percentile(fractions, [25, 75]))
+
     @property
     def first_kernel(self):
         return next(t.name for t in self.timings if t.kind == "kernel")

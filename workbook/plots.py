@@ -50,3 +50,27 @@ def bars(values, *, xlabel="", title=""):
     axes.grid(True, axis="x", alpha=0.3)
     figure.tight_layout()
     return figure
+
+
+def in_flight(record, device, *, others=()):
+    """Chapter 00's Little's-law plot: the fraction of the copy ceiling a copy reaches against the
+    KB it keeps in flight per SM, and a vertical line where ceiling x latency says the SMs have
+    enough. record: the chapter's "bytes in flight" record; others: (device name, record-like dict
+    with ceiling_gbps, sms and, where measured there, latency_ns) for other GPUs' lines."""
+    figure, axes = plt.subplots(figsize=(7, 4))
+    axes.plot(record["kb_per_sm"], record["fraction_of_ceiling"], marker="o", label=f"{device}: copy")
+    axes.axvline(record["needed_kb_per_sm"], linestyle="--", color="tab:blue",
+                 label=f"{device}: ceiling x latency ({record['needed_kb_per_sm']:.0f} KB)")
+    for index, (name, other) in enumerate(others):
+        latency = other.get("latency_ns") or record["latency_ns"]
+        whose = "its" if other.get("latency_ns") else "this GPU's"
+        needed = other["ceiling_gbps"] * latency / other["sms"] / 1024
+        axes.axvline(needed, linestyle=":", color=f"C{index + 1}",
+                     label=f"{name}: its ceiling x {whose} latency ({needed:.0f} KB)")
+    axes.set_xlabel("KB in flight per SM")
+    axes.set_ylabel("fraction of the copy ceiling")
+    axes.set_ylim(0, 1.1)
+    axes.set_title("Little's law: bytes in flight against bandwidth")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8)
+    return figure

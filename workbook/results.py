@@ -99,3 +99,22 @@ def save_json(chapter, payload, slug=None):
 def load_json(chapter, slug=REFERENCE_DEVICE):
     path = RESULTS / slug / f"{chapter}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def other_devices(chapter):
+    """(device name, {ceiling_gbps, sms, latency_ns or None}) for every GPU other than this one with
+    stored results for `chapter`: what chapter 00 needs to draw their Little's-law lines."""
+    mine = device_facts()["slug"]
+    found = []
+    for path in sorted(RESULTS.glob(f"*/{chapter}.json")):
+        if path.parent.name in (mine, "simulator"):
+            continue
+        stored = json.loads(path.read_text())
+        ceilings = [case["ceiling"]["gbps"] for case in stored["cases"] if case.get("ceiling")]
+        facts = stored["stamp"].get("device_facts", {})
+        if not ceilings or not facts.get("sms"):
+            continue
+        latency = (stored.get("records", {}).get("bytes in flight") or {}).get("latency_ns")
+        found.append((stored["stamp"]["device"], {"ceiling_gbps": max(ceilings), "sms": facts["sms"],
+                                                  "latency_ns": latency}))
+    return found

@@ -106,9 +106,11 @@ def copy_two_in_flight(src, dst, blocks=2):
 # 32 lanes of a warp read 32 words from 32 different rows, 4 * cols bytes apart: 32 sectors of 32
 # bytes to use 128 bytes, an eighth of what the memory system moves. Rewrite the kernel and its
 # launch (both are inside the region) so that the lanes of a warp touch consecutive addresses.
-# Target, on a GPU: at least 0.75 of the throughput of chapter 00's `copy_grid_stride` copying the
-# same bytes (an 8192 x 8192 matrix, 256 MiB, in the same run). In the simulator, the global-memory
-# sectors both move are compared instead (traced, workbook.memtrace). Hint: a 2-D grid, x across the columns.
+# Target, on a GPU: at least 0.75 of the throughput of chapter 00's `copy_one_per_thread` copying
+# the same bytes (an 8192 x 8192 matrix, 256 MiB, in the same run): that kernel is coalesced and has
+# one element per thread, so what it reaches is what this access pattern allows on your GPU. In the
+# simulator, the global-memory sectors both move are compared instead (traced, workbook.memtrace).
+# Hint: a 2-D grid, x across the columns.
 
 # >>> ch00.4 (stub 7c970e15)
 @cuda.jit

@@ -9,9 +9,13 @@ mask for the backward pass, on NCHW float32 tensors.
                dx kernel          per (n, c) plane: dx = a * g + b * x + k            reads 4 + 4 + 1/8, writes 4
 
 Each (n, c) plane of H*W elements is contiguous in NCHW, and the channel of a plane is the block's
-blockIdx.x, so no kernel divides an index to find its channel. The per-plane partial sums (N of them
-per channel) are folded by the next kernel: its first warp sums the N partials of its channel, so the
-"finalize" step costs no launch of its own.
+blockIdx.x, so no kernel divides an index to find its channel. Block (c, g) takes the planes
+n = g, g + G, g + 2G, ... of channel c, where G (the grid's y) is chosen so that the grid is one full
+wave of resident blocks (`plane_groups`): a block's fixed costs (folding its channel's sums before it
+starts, its block-wide reduction at the end) are paid once for several planes, and the SM streams
+from one plane into the next without a gap. The per-block partial sums (G of them per channel) are
+folded by the next kernel: its first warp sums the G partials of its channel, so the "finalize"
+step costs no launch of its own.
 
 Mask layout: uint32[N, C, ceil(H*W / 32)], bit j % 32 of word j // 32 of plane (n, c) is z[n, c, j] > 0;
 each plane's last word is padded with 0 bits (so that no two blocks ever write the same word).
@@ -27,7 +31,7 @@ from numba import cuda, float32, float64
 
 from workbook import ON_GPU
 from workbook.check import pack_bitmask
-from workbook.inputs import require
+from workbook.inputs import require, sm_count
 from workbook.launch import LaunchCache
 
 from .kernels import FULL_MASK, ZERO, relu
@@ -38,7 +42,8 @@ WARPS_PER_BLOCK = THREADS_PER_BLOCK // 32
 UNROLL = 4  # elements per thread per trip in the elementwise loops: 4 loads of each input in flight
 WORDS_PER_TRIP = 4  # mask words (rows of 32) per warp per trip in the forward kernel
 # 8 blocks of 256 threads per SM: the compiler keeps each kernel within 32 registers (see kernels.py).
-FILL_THE_SM = {"launch_bounds": (THREADS_PER_BLOCK, 8)} if ON_GPU else {}
+BLOCKS_PER_SM = 8
+FILL_THE_SM = {"launch_bounds": (THREADS_PER_BLOCK, BLOCKS_PER_SM)} if ON_GPU else {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,7 +132,7 @@ def _block_sum2(a, b):
 
 @cuda.jit(device=True, forceinline=True)
 def _channel_sums(partial, c):
-    """Warp 0 only: the sums of a channel's N per-plane partials (partial: float64[2, N, C])."""
+    """Warp 0 only: the sums of a channel's G per-block partials (partial: float64[2, G, C])."""
     a = 0.0
     b = 0.0
     k = cuda.laneid
@@ -144,28 +149,30 @@ def _channel_sums(partial, c):
 
 @cuda.jit(**FILL_THE_SM)
 def bn_stats_kernel(x, partial):
-    """Block (c, n): partial[0, n, c] = sum of plane x[n, c], partial[1, n, c] = sum of squares."""
-    c, n = cuda.blockIdx.x, cuda.blockIdx.y
-    plane = x[n, c]  # H*W contiguous floats (x is viewed as N, C, H*W)
-    size = plane.size
+    """Block (c, g): partial[0, g, c] = sum of its planes x[n, c] (n = g, g + G, ...),
+    partial[1, g, c] = their sum of squares."""
+    c, g = cuda.blockIdx.x, cuda.blockIdx.y
     threads = cuda.blockDim.x
     s = 0.0
     ss = 0.0
-    j = cuda.threadIdx.x
-    while j < size:
-        values = cuda.local.array(UNROLL, float32)
-        for u in range(UNROLL):  # UNROLL independent loads before the first add
-            i = j + u * threads
-            values[u] = plane[i] if i < size else ZERO
-        for u in range(UNROLL):
-            v = float64(values[u])
-            s += v
-            ss += v * v
-        j += UNROLL * threads
+    for n in range(g, x.shape[0], cuda.gridDim.y):
+        plane = x[n, c]  # H*W contiguous floats (x is viewed as N, C, H*W)
+        size = plane.size
+        j = cuda.threadIdx.x
+        while j < size:
+            values = cuda.local.array(UNROLL, float32)
+            for u in range(UNROLL):  # UNROLL independent loads before the first add
+                i = j + u * threads
+                values[u] = plane[i] if i < size else ZERO
+            for u in range(UNROLL):
+                v = float64(values[u])
+                s += v
+                ss += v * v
+            j += UNROLL * threads
     s, ss = _block_sum2(s, ss)
     if cuda.threadIdx.x == 0:
-        partial[0, n, c] = s
-        partial[1, n, c] = ss
+        partial[0, g, c] = s
+        partial[1, g, c] = ss
 
 
 @cuda.jit(device=True, forceinline=True)
@@ -201,11 +208,12 @@ def _forward_trip(plane, extra, has_extra, out, bits_out, scale, shift, group, l
 @cuda.jit(**FILL_THE_SM)
 def bn_forward_kernel(x, identity, has_identity, gamma, beta, partial, saved, running_mean, running_var,
                       momentum, eps, y, mask):
-    """Block (c, n): normalise plane (n, c), add identity (if has_identity), ReLU, ballot the mask.
+    """Block (c, g): normalise its planes (n, c), n = g, g + G, ..., add identity (if has_identity),
+    ReLU, ballot the mask.
 
     Without an identity the caller passes x again as `identity` (never read): numba cannot drop an
     argument that is None from an inlined device function, and a uniform branch costs nothing."""
-    c, n = cuda.blockIdx.x, cuda.blockIdx.y
+    c, first_plane = cuda.blockIdx.x, cuda.blockIdx.y
     lane, warp = cuda.laneid, cuda.threadIdx.x >> 5
     count = x.shape[0] * x.shape[2]  # elements per channel
     coefficients = cuda.shared.array(2, float32)
@@ -218,19 +226,20 @@ def bn_forward_kernel(x, identity, has_identity, gamma, beta, partial, saved, ru
             scale = gamma[c] * invstd
             coefficients[0] = scale
             coefficients[1] = beta[c] - mean * scale
-            if n == 0:  # one block per channel saves the statistics and updates the running ones
+            if first_plane == 0:  # one block per channel saves the statistics and updates the running ones
                 saved[0, c] = mean
                 saved[1, c] = invstd
                 running_mean[c] = (1.0 - momentum) * running_mean[c] + momentum * mean
                 running_var[c] = (1.0 - momentum) * running_var[c] + momentum * var * count / (count - 1)
     cuda.syncthreads()
     scale, shift = coefficients[0], coefficients[1]
-    plane, out, bits_out = x[n, c], y[n, c], mask[n, c]
-    extra = identity[n, c]
-    group = warp  # warp-uniform loop: all 32 lanes reach every ballot
-    while group * WORDS_PER_TRIP < bits_out.size:
-        _forward_trip(plane, extra, has_identity, out, bits_out, scale, shift, group, lane)
-        group += WARPS_PER_BLOCK
+    for n in range(first_plane, x.shape[0], cuda.gridDim.y):
+        plane, out, bits_out = x[n, c], y[n, c], mask[n, c]
+        extra = identity[n, c]
+        group = warp  # warp-uniform loop: all 32 lanes reach every ballot
+        while group * WORDS_PER_TRIP < bits_out.size:
+            _forward_trip(plane, extra, has_identity, out, bits_out, scale, shift, group, lane)
+            group += WARPS_PER_BLOCK
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,43 +248,46 @@ def bn_forward_kernel(x, identity, has_identity, gamma, beta, partial, saved, ru
 
 @cuda.jit(**FILL_THE_SM)
 def bn_backward_reduce_kernel(dy, mask, x, d_identity, has_identity, partial):
-    """Block (c, n): g = dy where the bit is set; partial[:, n, c] = (sum g, sum g * x); d_identity = g."""
-    c, n = cuda.blockIdx.x, cuda.blockIdx.y
-    grad, bits_in, plane = dy[n, c], mask[n, c], x[n, c]
-    size = plane.size
+    """Block (c, b) over its planes n = b, b + G, ...: g = dy where the bit is set;
+    partial[:, b, c] = (sum g, sum g * x); d_identity = g."""
+    c, first_plane = cuda.blockIdx.x, cuda.blockIdx.y
     threads = cuda.blockDim.x
     sg = 0.0
     sgx = 0.0
-    j = cuda.threadIdx.x  # a warp's 32 lanes hold 32 consecutive j, all in one mask word
-    while j < size:
-        gs = cuda.local.array(UNROLL, float32)
-        xs = cuda.local.array(UNROLL, float32)
-        for u in range(UNROLL):
-            i = j + u * threads
-            g = ZERO
-            xs[u] = ZERO
-            if i < size:
-                word = bits_in[i >> 5]  # the same word for the whole warp: a broadcast
-                g = grad[i] if (word >> (i & 31)) & 1 else ZERO  # a select: masked inf gives 0
-                xs[u] = plane[i]
-            gs[u] = g
-        for u in range(UNROLL):
-            i = j + u * threads
-            if has_identity and i < size:
-                d_identity[n, c, i] = gs[u]  # the add's gradient is the ReLU's: stored once, here
-            sg += float64(gs[u])
-            sgx += float64(gs[u]) * float64(xs[u])
-        j += UNROLL * threads
+    for n in range(first_plane, x.shape[0], cuda.gridDim.y):
+        grad, bits_in, plane = dy[n, c], mask[n, c], x[n, c]
+        size = plane.size
+        j = cuda.threadIdx.x  # a warp's 32 lanes hold 32 consecutive j, all in one mask word
+        while j < size:
+            gs = cuda.local.array(UNROLL, float32)
+            xs = cuda.local.array(UNROLL, float32)
+            for u in range(UNROLL):
+                i = j + u * threads
+                g = ZERO
+                xs[u] = ZERO
+                if i < size:
+                    word = bits_in[i >> 5]  # the same word for the whole warp: a broadcast
+                    g = grad[i] if (word >> (i & 31)) & 1 else ZERO  # a select: masked inf gives 0
+                    xs[u] = plane[i]
+                gs[u] = g
+            for u in range(UNROLL):
+                i = j + u * threads
+                if has_identity and i < size:
+                    d_identity[n, c, i] = gs[u]  # the add's gradient is the ReLU's: stored once, here
+                sg += float64(gs[u])
+                sgx += float64(gs[u]) * float64(xs[u])
+            j += UNROLL * threads
     sg, sgx = _block_sum2(sg, sgx)
     if cuda.threadIdx.x == 0:
-        partial[0, n, c] = sg
-        partial[1, n, c] = sgx
+        partial[0, first_plane, c] = sg
+        partial[1, first_plane, c] = sgx
 
 
 @cuda.jit(**FILL_THE_SM)
 def bn_backward_dx_kernel(dy, mask, x, gamma, saved, partial, dx, dgamma, dbeta):
-    """Block (c, n): dx = a * g + b * x + k, with a, b, k from the channel's sums (folded by warp 0)."""
-    c, n = cuda.blockIdx.x, cuda.blockIdx.y
+    """Block (c, g) over its planes n = g, g + G, ...: dx = a * g + b * x + k, with a, b, k from the
+    channel's sums (folded by warp 0)."""
+    c, first_plane = cuda.blockIdx.x, cuda.blockIdx.y
     lane, warp = cuda.laneid, cuda.threadIdx.x >> 5
     count = x.shape[0] * x.shape[2]
     coefficients = cuda.shared.array(3, float32)
@@ -289,32 +301,33 @@ def bn_backward_dx_kernel(dy, mask, x, gamma, saved, partial, dx, dgamma, dbeta)
             coefficients[0] = a
             coefficients[1] = b
             coefficients[2] = -a * sg / count - b * mean
-            if n == 0:
+            if first_plane == 0:
                 dgamma[c] = dgamma_c
                 dbeta[c] = sg
     cuda.syncthreads()
     a, b, k = coefficients[0], coefficients[1], coefficients[2]
-    grad, bits_in, plane, out = dy[n, c], mask[n, c], x[n, c], dx[n, c]
-    size = plane.size
     threads = cuda.blockDim.x
-    j = cuda.threadIdx.x
-    while j < size:
-        gs = cuda.local.array(UNROLL, float32)
-        xs = cuda.local.array(UNROLL, float32)
-        for u in range(UNROLL):
-            i = j + u * threads
-            g = ZERO
-            xs[u] = ZERO
-            if i < size:
-                word = bits_in[i >> 5]
-                g = grad[i] if (word >> (i & 31)) & 1 else ZERO
-                xs[u] = plane[i]
-            gs[u] = g
-        for u in range(UNROLL):
-            i = j + u * threads
-            if i < size:
-                out[i] = a * gs[u] + b * xs[u] + k
-        j += UNROLL * threads
+    for n in range(first_plane, x.shape[0], cuda.gridDim.y):
+        grad, bits_in, plane, out = dy[n, c], mask[n, c], x[n, c], dx[n, c]
+        size = plane.size
+        j = cuda.threadIdx.x
+        while j < size:
+            gs = cuda.local.array(UNROLL, float32)
+            xs = cuda.local.array(UNROLL, float32)
+            for u in range(UNROLL):
+                i = j + u * threads
+                g = ZERO
+                xs[u] = ZERO
+                if i < size:
+                    word = bits_in[i >> 5]
+                    g = grad[i] if (word >> (i & 31)) & 1 else ZERO
+                    xs[u] = plane[i]
+                gs[u] = g
+            for u in range(UNROLL):
+                i = j + u * threads
+                if i < size:
+                    out[i] = a * gs[u] + b * xs[u] + k
+            j += UNROLL * threads
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,13 +340,29 @@ _workspaces = {}
 _launches = LaunchCache()
 
 
-def _partial_sums(n, c):
-    """float64[2, N, C] for per-plane partial sums, allocated once per shape (numba has no caching
+def plane_groups(n, c):
+    """G, the blocks per channel: as many as make the grid (C, G) one full wave of resident blocks
+    (BLOCKS_PER_SM on each SM), at least 1 and at most N. One wave, not more: a second, partial wave
+    would leave most SMs idle at the end, and a block that ends early has nothing to take over."""
+    resident = sm_count() * BLOCKS_PER_SM
+    return max(1, min(n, resident // c))
+
+
+def _partial_sums(groups, c):
+    """float64[2, G, C] for per-block partial sums, allocated once per shape (numba has no caching
     allocator: a cudaMalloc per call would cost more than the small kernels)."""
-    key = (n, c)
+    key = (groups, c)
     if key not in _workspaces:
-        _workspaces[key] = cuda.device_array((2, n, c), dtype=np.float64)
+        _workspaces[key] = cuda.device_array((2, groups, c), dtype=np.float64)
     return _workspaces[key]
+
+
+def _grid(n, c, groups):
+    if groups is None:
+        return plane_groups(n, c)
+    if not 1 <= groups <= n:
+        raise ValueError(f"groups must be between 1 and N={n}, got {groups}")
+    return groups
 
 
 def _planes(array):
@@ -343,13 +372,15 @@ def _planes(array):
 
 
 def batchnorm_relu_forward(x, gamma, beta, running_mean, running_var, y, mask, saved, *, identity=None,
-                           momentum=0.1, eps=1e-5, stream=0):
+                           momentum=0.1, eps=1e-5, stream=0, groups=None):
     """y = relu(batchnorm(x) [+ identity]) in training mode, and its 1-bit mask. Returns (y, mask).
 
     x, y, identity: float32[N, C, H, W]; gamma, beta, running_mean, running_var: float32[C] (the
     running statistics are updated in place); mask: uint32[N, C, ceil(H*W / 32)];
     saved: float64[2, C] receives the batch mean and 1/std for the backward pass. stream: where
     the two kernels go (0: the default stream; chapter 07 captures them on another into a graph).
+    groups: blocks per channel (default `plane_groups`: one full wave); the backward pass may use
+    another.
     """
     x = require(x, "x", dtype=np.float32, ndim=4)
     n, c, h, w = x.shape
@@ -365,9 +396,10 @@ def batchnorm_relu_forward(x, gamma, beta, running_mean, running_var, y, mask, s
         require(identity, "identity", dtype=np.float32, shape=x.shape)
     if not 0.0 <= momentum <= 1.0 or eps <= 0:
         raise ValueError(f"need 0 <= momentum <= 1 and eps > 0, got momentum={momentum}, eps={eps}")
-    partial = _partial_sums(n, c)
+    groups = _grid(n, c, groups)
+    partial = _partial_sums(groups, c)
     x3 = _planes(x)
-    blocks = (c, n)  # one block per (n, c) plane
+    blocks = (c, groups)  # block (c, g) takes planes g, g + G, ... of channel c
     _launches.launch(bn_stats_kernel, blocks, THREADS_PER_BLOCK, (x3, partial), stream=stream)
     has_identity = identity is not None
     _launches.launch(bn_forward_kernel, blocks, THREADS_PER_BLOCK,
@@ -377,7 +409,8 @@ def batchnorm_relu_forward(x, gamma, beta, running_mean, running_var, y, mask, s
     return y, mask
 
 
-def batchnorm_relu_backward(dy, mask, x, gamma, saved, dx, dgamma, dbeta, *, d_identity=None, stream=0):
+def batchnorm_relu_backward(dy, mask, x, gamma, saved, dx, dgamma, dbeta, *, d_identity=None, stream=0,
+                            groups=None):
     """Gradients of batchnorm_relu_forward: dx, dgamma, dbeta and (with an identity) d_identity,
     from dy, the 1-bit mask, x and the saved statistics. Returns (dx, d_identity, dgamma, dbeta)."""
     x = require(x, "x", dtype=np.float32, ndim=4)
@@ -391,9 +424,10 @@ def batchnorm_relu_backward(dy, mask, x, gamma, saved, dx, dgamma, dbeta, *, d_i
     require(dbeta, "dbeta", dtype=np.float32, shape=(c,))
     if d_identity is not None:
         d_identity = require(d_identity, "d_identity", dtype=np.float32, shape=x.shape)
-    partial = _partial_sums(n, c)
+    groups = _grid(n, c, groups)
+    partial = _partial_sums(groups, c)
     x3, dy3 = _planes(x), _planes(dy)
-    blocks = (c, n)
+    blocks = (c, groups)
     has_identity = d_identity is not None
     # Without an identity, dy is passed as d_identity and never written (see bn_forward_kernel).
     _launches.launch(bn_backward_reduce_kernel, blocks, THREADS_PER_BLOCK,

@@ -229,10 +229,10 @@ if torch is not None:
 
 
 best_forward = forward_result.fastest(["warp ballot", "warp ballot, 8-byte words"])
-chapter.bar(f"relu+mask forward ({best_forward}) time / torch.relu time, n=2^28",
-            forward_result.ratio(best_forward, "torch.relu (no mask)"), at_most=1.15)
-chapter.bar("relu+mask forward, 16-byte quads, time / torch.relu time, n=2^28",
-            forward_result.ratio("warp ballot, 16-byte quads", "torch.relu (no mask)"), at_most=1.03)
+chapter.bar(f"relu+mask forward ({best_forward}): fraction of the copy ceiling, n=2^28",
+            forward_result.fraction(best_forward), at_least=0.85)
+chapter.bar("relu+mask forward, 16-byte quads: fraction of the copy ceiling, n=2^28",
+            forward_result.fraction("warp ballot, 16-byte quads"), at_least=0.85)
 
 # %% [markdown]
 # ### Why the sequential kernel is slow, counted without a GPU
@@ -305,10 +305,10 @@ def backward_case(key, dy, y, mask, dx, size):
 
 backward_result = backward_case("relu backward", dy, y, mask, dx, f"n=2^{n.bit_length() - 1} float32")
 best_backward = backward_result.fastest(["from mask (8.125 B/elt)", "from mask, 8-byte words"])
-chapter.bar(f"relu backward {best_backward} vs torch threshold_backward (speed-up), n=2^28",
-            backward_result.ratio("torch threshold_backward", best_backward), at_least=1.3)
-chapter.bar("relu backward from mask, 16-byte quads, vs torch threshold_backward (speed-up), n=2^28",
-            backward_result.ratio("torch threshold_backward", "from mask, 16-byte quads"), at_least=1.45)
+chapter.bar(f"relu backward {best_backward}: fraction of the copy ceiling, n=2^28",
+            backward_result.fraction(best_backward), at_least=0.85)
+chapter.bar("relu backward from mask, 16-byte quads: fraction of the copy ceiling, n=2^28",
+            backward_result.fraction("from mask, 16-byte quads"), at_least=0.85)
 
 # %% [markdown]
 # GB/s above count the mask kernel's 8.125 bytes per element for every row, so the "from y" row's
@@ -430,8 +430,8 @@ bn_result = chapter.compare(
     bytes=(4 + 12.125 + 12.125 + 12.125) * elements,
     size="x".join(map(str, bn_shape)),
 )
-chapter.bar("fused BN+add+relu fwd+bwd vs torch unfused (speed-up), 32x256x56x56",
-            bn_result.ratio("torch unfused (autograd)", "fused (4 kernels, 1-bit mask)"), at_least=1.2)
+chapter.bar("fused BN+add+relu fwd+bwd: fraction of the copy ceiling, 32x256x56x56",
+            bn_result.fraction("fused (4 kernels, 1-bit mask)"), at_least=0.85)
 
 # %% [markdown]
 # ## A size sweep: the forward pass
@@ -476,7 +476,7 @@ else:
 # Variants measured on the way and dropped: [EXPERIMENTS.md](EXPERIMENTS.md).
 
 # %%
-_fwd, _bwd, _seed = "relu forward + mask", "relu backward", "relu backward, seed case"
+_fwd, _bwd, _seed, _bn = "relu forward + mask", "relu backward", "relu backward, seed case", "bn+add+relu fwd+bwd"
 chapter.lesson("""
 - **Sequential vs ballot.** Both move the same bytes, {seq_ms:.2f} ms against {ballot_ms:.2f} at 2^28.
   The sequential kernel's loads are 32 bytes apart across a warp, so each load instruction touches
@@ -500,17 +500,21 @@ chapter.lesson("""
   branch-free for that reason.
 - **Fused BatchNorm.** Two passes forward, two backward, with the ReLU folded into both and the mask
   replacing `y`: about 40 bytes per element against torch's ~64, and 4 launches against torch's ~8
-  kernels plus autograd's bookkeeping: {bn:.2f}x torch's unfused step.
+  kernels plus autograd's bookkeeping: {bn:.2f}x torch's unfused step, at {bn_fraction:.0%} of the copy
+  ceiling. A block takes several planes of its channel, so that the grid is one wave of resident
+  blocks: each block folds its channel's sums once, not once per plane, and streams from one plane
+  into the next while the other blocks of its SM keep their loads in flight.
 """,
     seq_ms=chapter.figure(_fwd, "sequential (naive)"), ballot_ms=chapter.figure(_fwd, "warp ballot"),
-    quad_fwd=chapter.figure("relu+mask forward, 16-byte quads, time / torch.relu time, n=2^28"),
+    quad_fwd=1 / chapter.figure(_fwd, "warp ballot, 16-byte quads", "speedup_vs_baseline"),
     quad_bwd=chapter.figure(_bwd, "from mask, 16-byte quads", "speedup_vs_first"),
     quad_vs_torch=chapter.figure(_bwd, "from mask, 16-byte quads", "speedup_vs_baseline"),
     w8_ms=chapter.figure(_bwd, "from mask, 8-byte words"), w4_ms=chapter.figure(_bwd, "from mask (8.125 B/elt)"),
     w8_host=chapter.figure(_bwd, "from mask, 8-byte words", "host_us"),
     quad_host=chapter.figure(_bwd, "from mask, 16-byte quads", "host_us"),
     seed_us=1000 * chapter.figure(_seed, "from mask (8.125 B/elt)"),
-    bn=chapter.figure("fused BN+add+relu fwd+bwd vs torch unfused (speed-up), 32x256x56x56"),
+    bn=chapter.figure(_bn, "fused (4 kernels, 1-bit mask)", "speedup_vs_baseline"),
+    bn_fraction=chapter.figure(_bn, "fused (4 kernels, 1-bit mask)", "fraction_of_ceiling"),
 )
 
 # %%

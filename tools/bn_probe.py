@@ -1,0 +1,72 @@
+"""Chapter 01's fused BatchNorm + add + ReLU (forward + backward) with other grids: how many
+blocks per channel (`groups`: each block takes N / groups planes), each kernel timed alone and the
+whole step, as a fraction of the copy ceiling measured in the same run.
+
+    python tools/bn_probe.py [N C H W] [--groups 1,2,4,8,32]
+
+A maintainer's tool (on a GPU); the chapter uses `batchnorm.plane_groups`, the default here.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import workbook  # noqa: E402,I001  (first: chooses GPU or simulator)
+
+import numpy as np  # noqa: E402
+
+from chapters.ch01_relu_mask import batchnorm as bn  # noqa: E402
+from workbook import bench, cuda  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("shape", nargs="*", type=int, default=[32, 256, 56, 56])
+    parser.add_argument("--groups", default="")
+    args = parser.parse_args()
+    shape = tuple(args.shape)
+    n, c, h, w = shape
+    auto = bn.plane_groups(n, c)
+    groups = sorted({auto, *(int(g) for g in args.groups.split(",") if g)})
+    rng = np.random.default_rng(0)
+    x, identity, gamma, beta, mean, var = bn.batchnorm_inputs(rng, shape, with_identity=True)
+    d = {name: cuda.to_device(a) for name, a in dict(x=x, identity=identity, gamma=gamma, beta=beta,
+                                                    mean=mean, var=var).items()}
+    d["dy"] = cuda.to_device(rng.standard_normal(shape, dtype=np.float32))
+    for name in ("y", "dx", "d_identity"):
+        d[name] = cuda.device_array(shape, np.float32)
+    d["mask"] = cuda.device_array((n, c, bn.plane_words(h, w)), np.uint32)
+    d["saved"] = cuda.device_array((2, c), np.float64)
+    d["dgamma"], d["dbeta"] = cuda.device_array(c, np.float32), cuda.device_array(c, np.float32)
+
+    def forward(g):
+        return bn.batchnorm_relu_forward(d["x"], d["gamma"], d["beta"], d["mean"], d["var"], d["y"], d["mask"],
+                                         d["saved"], identity=d["identity"], groups=g)[0]
+
+    def backward(g):
+        return bn.batchnorm_relu_backward(d["dy"], d["mask"], d["x"], d["gamma"], d["saved"], d["dx"],
+                                          d["dgamma"], d["dbeta"], d_identity=d["d_identity"], groups=g)[0]
+
+    def step(g):
+        forward(g)
+        return backward(g)
+
+    elements = n * c * h * w
+    print(f"shape {shape}, {(bench.copy_ceiling() or {}).get('gbps', float('nan')):.0f} GB/s copy ceiling, default groups {auto} "
+          f"({bn.sm_count()} SMs x {bn.BLOCKS_PER_SM} blocks / {c} channels)")
+    for what, fn, bytes_per in (("forward (stats + apply)", forward, 4 + 12.125),
+                                ("backward (reduce + dx)", backward, 12.125 + 12.125),
+                                ("whole step", step, 4 + 3 * 12.125)):
+        result = bench.compare({f"groups={g}": (lambda g=g: fn(g)) for g in groups}, bytes=bytes_per * elements,
+                               repeats=30, title=f"{what}")
+        result.show()
+        for g in groups:
+            median, low, high = result.fraction(f"groups={g}")
+            print(f"  {what}, groups={g:3d}: {result[f'groups={g}'].median_ms:.4f} ms, "
+                  f"{median:.3f} [{low:.3f}-{high:.3f}] of the ceiling")
+
+
+if __name__ == "__main__":
+    main()
