@@ -172,11 +172,19 @@ def test_batchnorm_relu_forward_backward(shape, with_identity):
     _check_batchnorm(shape, with_identity)
 
 
+@pytest.mark.parametrize("quads", [False, True], ids=["4-byte", "quads"])
 @pytest.mark.parametrize("groups", [1, 2, 5])
-def test_batchnorm_blocks_take_several_planes(groups):
+@pytest.mark.parametrize("shape", [(5, 3, 3, 12), (5, 2, 8, 9)], ids=lambda s: "x".join(map(str, s)))
+def test_batchnorm_blocks_take_several_planes(shape, groups, quads):
     """Block (c, g) takes planes g, g + G, ...: one block for all five planes, two blocks that take
-    three and two, and a block a plane; each must give the same answer."""
-    _check_batchnorm((5, 3, 3, 11), True, groups=groups)
+    three and two, and a block a plane; each must give the same answer, with 4-byte accesses and
+    with quads (36 elements a plane: a partial mask word; 72: a partial trip of 32 quads)."""
+    _check_batchnorm(shape, True, groups=groups, quads=quads)
+
+
+def test_batchnorm_quads_need_whole_quads():
+    with pytest.raises(ValueError, match="H\\*W % 4 == 0"):
+        _check_batchnorm((2, 3, 3, 11), True, quads=True)
 
 
 def test_batchnorm_grid_is_one_wave():
@@ -186,7 +194,7 @@ def test_batchnorm_grid_is_one_wave():
     assert 3 * bn.plane_groups(64, 3) <= resident
 
 
-def _check_batchnorm(shape, with_identity, groups=None):
+def _check_batchnorm(shape, with_identity, groups=None, quads=None):
     x, identity, gamma, beta, running_mean, running_var, dy = _bn_buffers(shape, with_identity, seed=sum(shape))
     y_ref, mask_ref, saved_ref, mean_ref, var_ref = bn.batchnorm_forward_reference(
         x, gamma, beta, running_mean, running_var, identity=identity, momentum=0.2)
@@ -197,7 +205,7 @@ def _check_batchnorm(shape, with_identity, groups=None):
     y, mask = bn.batchnorm_relu_forward(d(x), d(gamma), d(beta), d_mean, d_var, cuda.device_array(shape, np.float32),
                                         cuda.device_array((n, c, bn.plane_words(h, w)), np.uint32), saved,
                                         identity=None if identity is None else d(identity), momentum=0.2,
-                                        groups=groups)
+                                        groups=groups, quads=quads)
     workbook.assert_close(y, y_ref, rtol=1e-5, atol=1e-5, name="y")
     workbook.assert_close(mask, mask_ref, exact=True, name="mask")
     workbook.assert_close(saved, saved_ref, rtol=1e-7, atol=1e-9, name="saved mean, 1/std")
@@ -210,7 +218,7 @@ def _check_batchnorm(shape, with_identity, groups=None):
     dx, d_identity, dgamma, dbeta = bn.batchnorm_relu_backward(
         d(dy), mask, d(x), d(gamma), saved, cuda.device_array(shape, np.float32), cuda.device_array(c, np.float32),
         cuda.device_array(c, np.float32), d_identity=cuda.device_array(shape, np.float32) if with_identity else None,
-        groups=groups)
+        groups=groups, quads=quads)
     workbook.assert_close(dx, dx_ref, rtol=1e-4, atol=1e-5, name="dx")
     workbook.assert_close(dgamma, dgamma_ref, rtol=1e-5, atol=1e-5, name="dgamma")
     workbook.assert_close(dbeta, dbeta_ref, rtol=1e-5, atol=1e-5, name="dbeta")

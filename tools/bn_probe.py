@@ -3,6 +3,7 @@ blocks per channel (`groups`: each block takes N / groups planes), each kernel t
 whole step, as a fraction of the copy ceiling measured in the same run.
 
     python tools/bn_probe.py [N C H W] [--groups 1,2,4,8,32]
+    WORKBOOK_BN_BLOCKS_PER_SM=4 python tools/bn_probe.py     # the kernels built for 4 blocks an SM
 
 A maintainer's tool (on a GPU); the chapter uses `batchnorm.plane_groups`, the default here.
 """
@@ -41,31 +42,44 @@ def main():
     d["saved"] = cuda.device_array((2, c), np.float64)
     d["dgamma"], d["dbeta"] = cuda.device_array(c, np.float32), cuda.device_array(c, np.float32)
 
-    def forward(g):
+    def forward(g, quads):
         return bn.batchnorm_relu_forward(d["x"], d["gamma"], d["beta"], d["mean"], d["var"], d["y"], d["mask"],
-                                         d["saved"], identity=d["identity"], groups=g)[0]
+                                         d["saved"], identity=d["identity"], groups=g, quads=quads)[0]
 
-    def backward(g):
+    def backward(g, quads):
         return bn.batchnorm_relu_backward(d["dy"], d["mask"], d["x"], d["gamma"], d["saved"], d["dx"],
-                                          d["dgamma"], d["dbeta"], d_identity=d["d_identity"], groups=g)[0]
+                                          d["dgamma"], d["dbeta"], d_identity=d["d_identity"], groups=g,
+                                          quads=quads)[0]
 
-    def step(g):
-        forward(g)
-        return backward(g)
+    def step(g, quads):
+        forward(g, quads)
+        return backward(g, quads)
 
+    widths = [False, True] if (h * w) % 4 == 0 else [False]
+    variants = [(g, quads) for quads in widths for g in groups]
+
+    for quads in widths:
+        step(auto, quads)
+    if workbook.ON_GPU:
+        for kernel in (bn.bn_stats_kernel, bn.bn_forward_kernel, bn.bn_backward_reduce_kernel, bn.bn_backward_dx_kernel,
+                       *((bn.bn_stats_quads_kernel, bn.bn_forward_quads_kernel, bn.bn_backward_reduce_quads_kernel,
+                          bn.bn_backward_dx_quads_kernel) if True in widths else ())):
+            print(f"{kernel.__name__}: registers {list(kernel.get_regs_per_thread().values())}, "
+                  f"local bytes {list(kernel.get_local_mem_per_thread().values())}")
     elements = n * c * h * w
     print(f"shape {shape}, {(bench.copy_ceiling() or {}).get('gbps', float('nan')):.0f} GB/s copy ceiling, default groups {auto} "
           f"({bn.sm_count()} SMs x {bn.BLOCKS_PER_SM} blocks / {c} channels)")
     for what, fn, bytes_per in (("forward (stats + apply)", forward, 4 + 12.125),
                                 ("backward (reduce + dx)", backward, 12.125 + 12.125),
                                 ("whole step", step, 4 + 3 * 12.125)):
-        result = bench.compare({f"groups={g}": (lambda g=g: fn(g)) for g in groups}, bytes=bytes_per * elements,
-                               repeats=30, title=f"{what}")
+        name = "{} groups={}".format
+        result = bench.compare({name("quads" if quads else "4-byte", g): (lambda g=g, quads=quads: fn(g, quads))
+                                for g, quads in variants}, bytes=bytes_per * elements, repeats=30, title=f"{what}")
         result.show()
-        for g in groups:
-            median, low, high = result.fraction(f"groups={g}")
-            print(f"  {what}, groups={g:3d}: {result[f'groups={g}'].median_ms:.4f} ms, "
-                  f"{median:.3f} [{low:.3f}-{high:.3f}] of the ceiling")
+        for g, quads in variants:
+            key = name("quads" if quads else "4-byte", g)
+            median, low, high = result.fraction(key)
+            print(f"  {what}, {key}: {result[key].median_ms:.4f} ms, {median:.3f} [{low:.3f}-{high:.3f}] of the ceiling")
 
 
 if __name__ == "__main__":

@@ -501,9 +501,11 @@ chapter.lesson("""
 - **Fused BatchNorm.** Two passes forward, two backward, with the ReLU folded into both and the mask
   replacing `y`: about 40 bytes per element against torch's ~64, and 4 launches against torch's ~8
   kernels plus autograd's bookkeeping: {bn:.2f}x torch's unfused step, at {bn_fraction:.0%} of the copy
-  ceiling. A block takes several planes of its channel, so that the grid is one wave of resident
-  blocks: each block folds its channel's sums once, not once per plane, and streams from one plane
-  into the next while the other blocks of its SM keep their loads in flight.
+  ceiling. Two things get it there. Quads: at 4 bytes an access each element pays for its own
+  address arithmetic, mask bit and load, more instructions than the SMs issue while the memory
+  waits. And a grid of one wave: a block takes several planes of its channel, folds the channel's
+  sums once, not once per plane, and walks its planes as one sequence, so that only its last trip
+  is partial.
 """,
     seq_ms=chapter.figure(_fwd, "sequential (naive)"), ballot_ms=chapter.figure(_fwd, "warp ballot"),
     quad_fwd=1 / chapter.figure(_fwd, "warp ballot, 16-byte quads", "speedup_vs_baseline"),

@@ -262,8 +262,6 @@ softmax_result = chapter.compare(
     bytes=8 * rows * ncols,
     size=f"{rows}x{ncols} float32",
 )
-chapter.bar(f"softmax {rows}x{ncols} f32: warp per row: fraction of the copy ceiling",
-            softmax_result.fraction("warp per row, registers"), at_least=0.85)
 chapter.bar(f"softmax {rows}x{ncols} f32: warp per row, 16-byte accesses: fraction of the copy ceiling",
             softmax_result.fraction("warp per row, registers, 16-byte"), at_least=0.85)
 
@@ -332,8 +330,6 @@ forward_result = chapter.compare(
     size=f"{rows}x{ncols} float32",
     repeats=20,
 )
-chapter.bar(f"fused cross-entropy forward {rows}x{ncols} f32: fraction of the copy ceiling",
-            forward_result.fraction("fused, block per row"), at_least=0.85)
 chapter.bar(f"fused cross-entropy forward {rows}x{ncols} f32, 16-byte loads: fraction of the copy ceiling",
             forward_result.fraction("fused, 16-byte loads"), at_least=0.85)
 if workbook.ON_GPU:
