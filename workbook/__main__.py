@@ -6,8 +6,9 @@
     python -m workbook notebooks [--check]  write each chapter's .ipynb from its .py (or check they agree)
     python -m workbook exercises [chNN ...] the progress table of your exercises (--solutions: of solutions.py)
     python -m workbook handout DIR          a copy of the workbook for students: no solutions.py
-    python -m workbook compile [chNN ...]   every kernel the chapters' tests launch, compiled for a GPU
-                                            (cc 9.0 and 7.5) on this machine, GPU or not: a table
+    python -m workbook compile [chNN ...]   every kernel the chapters' tests launch, compiled for every
+                                            GPU target the installed compiler supports (7.5 and up)
+                                            on this machine, GPU or not: a table
 """
 
 import argparse
@@ -112,8 +113,10 @@ def exercises(args):
 
 
 def compile_kernels(args):
-    """Run the chapters' tests in the simulator with every launch compiled, then print the table."""
+    """Run the chapters' tests in the simulator with every launch compiled (for 9.0 and 7.5), build
+    each signature they launched for every other target, then print the table."""
     import tempfile
+    import time
 
 
     from workbook import compiler
@@ -144,7 +147,16 @@ def compile_kernels(args):
                    if key[0].startswith("chapters.") and any(f".{c}_" in key[0] for c in wanted)}
     launched = {kernel for kernel, _ in records}
     never = report.module_kernels(wanted, skip=("solutions",) if args.exercises else ("exercises",)) - launched
-    errors = report.compile_table(records, console, never)
+    # every other GPU: each signature the tests launched, built from its stored IR for each target
+    targets = compiler.plan(every_target=args.every_target)
+    family_of = {} if args.every_target else {
+        members[0]: members[1:] for members in compiler.families(compiler.supported_targets()).values()}
+    started = time.perf_counter()
+    built = compiler.build_everywhere(list(records.values()), targets, jobs=args.jobs)
+    console.print(f"built {built} more (kernel, signature, target) for "
+                  f"{', '.join(f'{a}.{b}' for a, b in targets)} in {time.perf_counter() - started:.0f} s "
+                  "(the rest from the tests' compiles and build/compile-cache/)")
+    errors = report.compile_table(records, console, targets, never, family_of)
     return 1 if errors or not records else 0
 
 
@@ -220,6 +232,10 @@ def main(argv=None):
     compile_parser.add_argument("--log", help="read a compile log a test run wrote (WORKBOOK_COMPILE_LOG)")
     compile_parser.add_argument("--all", action="store_true",
                                 help="also the kernels the tests define (some are written not to compile)")
+    compile_parser.add_argument("--every-target", action="store_true",
+                                help="build for every supported target, not one a family (8.0 for 8.x ...)")
+    compile_parser.add_argument("--jobs", "-j", type=int, default=None,
+                                help="worker processes building the other targets (default: one per core)")
     compile_parser.set_defaults(func=compile_kernels)
     profile_parser = commands.add_parser("profile", help="an exercise's memory accesses, traced in the simulator")
     profile_parser.add_argument("exercise", help="an exercise id, e.g. ch01.1")

@@ -8,13 +8,27 @@ workbook`) makes every launch
 
     1. type the kernel's arguments as a GPU launch would (dtype, dimensions, layout of each array),
     2. compile the kernel once per signature, for compute capability 9.0 (the H100 the workbook is
-       measured on) and 7.5 (a T4, the GPU of free hosted notebooks), in a separate worker process,
+       measured on) and 7.5 (a T4, the GPU of free hosted notebooks), in a separate worker process:
+       typed and lowered once, then NVVM for each, ptxas for 9.0,
     3. raise GPUCompileError, with numba's message, if the GPU compiler rejects it (numba, NVVM, or
-       ptxas for 9.0, which checks the inline PTX of workbook/memory.py and tensor_cores.py; the 7.5
-       PTX is not assembled, so an instruction a T4 lacks -- tensor_cores' TF32 mma, cp.async -- is
-       not reported: those kernels' wrappers check the GPU's capability instead). A compile that
-       could not run at all (no driver where a module wants one, a kernel that cannot travel to the
-       worker) is not the kernel's fault: it is said once on stderr, and the launch goes on.
+       ptxas for 9.0, which checks the inline PTX of workbook/memory.py and tensor_cores.py). A
+       compile that could not run at all (no driver where a module wants one, a kernel that cannot
+       travel to the worker) is not the kernel's fault: it is said once on stderr, and the launch
+       goes on.
+
+A kernel whose PTX uses an instruction that a target lacks (workbook/capability.py lists them: cp.async
+and TF32 mma need 8.0, wgmma is sm_90a's alone) is not built for that target: its answer says
+"skipped" and why. A wgmma kernel is built for 9.0 as sm_90a.
+
+Every other GPU a class may bring is `python -m workbook compile`'s: it reads the log of every
+signature the tests launched and builds each for the targets the installed compiler supports
+(`supported_targets()`: NVRTC's list, which numba-cuda also reads, that ptxas also accepts, from
+OLDEST up), one per family (`families()`: 8.6, 8.7 and 8.9 run 8.0's build, a cubin running on every
+later minor version of its major; `--every-target` builds each, whose registers differ by a few), from
+the LLVM IR the hook stored: no typing again, only NVVM and ptxas, in worker processes side by side
+(`build_everywhere`). What the installed compiler itself cannot build for a target (COMPILER_LIMITS:
+NVVM 12.9 and a float atomic add for Blackwell) is reported as such, with the reason, not as the
+kernel's error.
 
 Why a worker process: in simulator mode `numba.cuda` *is* the simulator, and the real compiler
 cannot be imported beside it. The kernel travels to the worker by value (cloudpickle): its code, the
@@ -27,7 +41,8 @@ compile mode) gets their GPU versions: workbook/memory.py's intrinsics, chapter 
     WORKBOOK_COMPILE_LOG=D  also append one JSON line per compile to D/compile-<pid>.jsonl
                             (read by `python -m workbook compile`)
 
-Results are cached on disk (build/compile-cache/), so parallel test workers and later runs share them.
+Results are cached on disk (build/compile-cache/: an answer per signature, its LLVM IR, and an
+answer per other target), so parallel test workers and later runs share them.
 """
 
 import hashlib
@@ -38,17 +53,26 @@ import struct
 import subprocess
 import sys
 import threading
+import zlib
 from pathlib import Path
 
-# The H100 the workbook is measured on, and the T4 of free hosted notebooks (7.5: the oldest GPU that
-# CUDA 13 still supports).
+from . import capability
+
+# Every launch: the H100 the workbook is measured on, and the T4 of free hosted notebooks.
 CCS = ((9, 0), (7, 5))
-# A kernel that uses wgmma (workbook/tensor_cores.py) is compiled for the H100's architecture-specific
-# target alone: no other GPU has the instruction, and ptxas rejects it for plain sm_90.
-SM_90A = (9, 0, "a")
+# The oldest GPU the workbook supports (README): a T4, the oldest that CUDA 13 still supports. The
+# CUDA 12 compiler also builds for 5.0-7.2; `python -m workbook compile` leaves those out.
+OLDEST = (7, 5)
+# What the installed compiler, not the GPU, cannot build: (a regular expression on NVVM's log, why). The
+# kernel is reported as not built by this compiler, with the reason, and the check goes on.
+COMPILER_LIMITS = (
+    (r"atomicrmw does not support operation: 'fadd'",
+     "NVVM 12.9's verifier rejects a float atomic add (cuda.atomic.add on float32 or float64) for Blackwell "
+     "targets, a compiler bug fixed in CUDA 13 (numba-cuda issue #603): on such a GPU, install the cu13 extra"),
+)
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "compile-cache"
-CACHE_FORMAT = 3  # bump when what a cached answer holds changes
+CACHE_FORMAT = 4  # bump when what a cached answer holds changes
 
 
 class GPUCompileError(RuntimeError):
@@ -84,6 +108,40 @@ def _probe():
 def _worker_env():
     return dict(os.environ, NUMBA_ENABLE_CUDASIM="0", WORKBOOK_DEVICE="compile",
                 PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+_targets = []  # the answer of supported_targets(), once known
+
+
+def supported_targets(oldest=OLDEST):
+    """The compute capabilities the installed compiler builds for, from `oldest` up: NVRTC's list
+    (nvrtcGetSupportedArchs, the list numba-cuda picks a GPU's target from; NVRTC comes with NVVM in
+    the same CUDA wheels) that ptxas also assembles. [(7, 5), (8, 0), ..., (12, 1)] with CUDA 12.9."""
+    if not _targets:
+        import re
+
+        asked = subprocess.run([sys.executable, "-c", "from cuda.bindings import nvrtc; "
+                                "error, archs = nvrtc.nvrtcGetSupportedArchs(); print(int(error), *archs)"],
+                               capture_output=True, text=True, env=_worker_env())
+        if asked.returncode or not asked.stdout.split() or asked.stdout.split()[0] != "0":
+            raise RuntimeError(f"NVRTC could not list its targets: {(asked.stderr or asked.stdout).strip()[-500:]}")
+        archs = [int(arch) for arch in asked.stdout.split()[1:]]
+        ptxas = _ptxas()
+        if ptxas:  # its --help lists the values -arch takes
+            assembled = set(re.findall(r"'sm_(\d+)'", subprocess.run([ptxas, "--help"], capture_output=True,
+                                                                      text=True).stdout))
+            archs = [arch for arch in archs if str(arch) in assembled] if assembled else archs
+        _targets.append(tuple((arch // 10, arch % 10) for arch in archs))
+    return [cc for cc in _targets[0] if cc >= tuple(oldest)]
+
+
+def families(targets):
+    """{major: [its targets, oldest first]}: a cubin built for the oldest runs on every later minor
+    version of its major (8.0's on 8.6, 8.7 and 8.9), so one build a family shows that all compile."""
+    grouped = {}
+    for cc in sorted(targets):
+        grouped.setdefault(cc[0], []).append(cc)
+    return grouped
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,7 +252,8 @@ def _identity(fn, options):
 
 
 # ---------------------------------------------------------------------------------------------
-# The worker: reads (fn, argument types, ccs) requests, answers with PTX facts or the error
+# The worker: reads requests (a kernel and its argument types, or a kernel's stored LLVM IR, and the
+# targets), answers with each target's PTX facts, the reason it was skipped, or the error
 
 
 def _send(stream, value):
@@ -230,25 +289,25 @@ def _ptx_facts(ptx, cc):
     if done.returncode and "error" in text:  # inline PTX (workbook/tensor_cores.py) that ptxas rejects
         from numba.core.errors import NumbaError
 
-        raise NumbaError(f"ptxas -arch={_arch(cc)} rejects the kernel's PTX: {text.strip()[:2000]}")
+        hint = ""
+        if re.search(r"not supported on \.target|requires \.target|requires sm_", text):
+            hint = ("\n(an instruction this target lacks that workbook/capability.py does not list: add it there, "
+                    "and have the kernel's wrapper ask capability.supports)")
+        raise NumbaError(f"ptxas -arch={_arch(cc)} rejects the kernel's PTX: {text.strip()[:2000]}{hint}")
     registers = re.findall(r"Used (\d+) registers", text)
     spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)]
+    stacks = [int(a) for a in re.findall(r"(\d+) bytes stack frame", text)]  # local arrays, spills included
     return {"registers": max(map(int, registers)) if registers else None,
-            "spill_bytes": max(spills) if spills else None}
+            "spill_bytes": max(spills) if spills else None, "stack_bytes": max(stacks) if stacks else None,
+            "assembled": True}
 
 
 def _arch(cc):
     return "sm_" + "".join(str(part) for part in cc)
 
 
-def ccs_for(fn):
-    """The capabilities a kernel is compiled for: sm_90a alone if it (or a device function it calls)
-    uses wgmma, else CCS."""
-    for value in _names_seen_by(fn).values():
-        if (getattr(value, "__module__", "") == "workbook.tensor_cores"
-                and getattr(value, "__name__", "").startswith("wgmma_")):
-            return (SM_90A,)
-    return CCS
+def _text(cc):
+    return f"{cc[0]}.{cc[1]}" + "".join(str(part) for part in cc[2:])
 
 
 def _ptxas():
@@ -272,43 +331,124 @@ class _NoDevice:
     compute_capability = CCS[0]
 
 
+def _build(ptx_for, ccs, assemble, needs=None, keep_ptx=True, errors_raise=True):
+    """Each target of `ccs`: skipped (an instruction of workbook/capability.py it lacks), or built:
+    PTX from `ptx_for(cc)`, assembled by ptxas where `cc` is in `assemble`. `needs`: the instructions
+    the kernel uses; None: found in the PTX of the first target (NVVM copies inline PTX as it is, so
+    any target's PTX shows them). errors_raise=False: a target's error is its entry's, not raised."""
+    ptxes = {}
+
+    def ptx(cc):
+        if cc not in ptxes:
+            ptxes[cc] = ptx_for(cc)
+        return ptxes[cc]
+
+    if needs is None:
+        needs = capability.found_in(ptx(tuple(ccs[0][:2])))
+    entries = []
+    for cc in ccs:
+        entry = {"target": _text(cc)}
+        reason = capability.skip_reason(needs, cc)
+        if reason:
+            entries.append({**entry, "skipped": reason})
+            continue
+        built = capability.build_target(needs, cc)
+        try:
+            text = ptx(built)
+            entry.update({"cc": _text(built), "ptx_lines": text.count("\n")})
+            if keep_ptx:
+                entry["ptx"] = text
+            if cc in assemble:
+                entry.update(_ptx_facts(text, built))
+        except Exception as error:  # noqa: BLE001  (NVVM's or ptxas's message is the answer)
+            import re
+
+            limit = next((why for pattern, why in COMPILER_LIMITS if re.search(pattern, str(error))), None)
+            if limit:
+                entry.update({"skipped": limit, "compiler": True})
+            elif errors_raise:
+                raise
+            else:
+                entry["error"] = f"{type(error).__name__}: {error}"
+        entries.append(entry)
+    return entries, needs
+
+
+def _with_nvvm_log(ptx_for, irs, options):
+    """ptx_for, raising numba's NvvmError with NVVM's own log when NVVM rejects the IR (numba-cuda 0.30
+    raises cuda.bindings' nvvmError, 'ERROR_INVALID_IR (6)', and the log that says why is lost)."""
+
+    def wrapped(cc):
+        try:
+            return ptx_for(cc)
+        except Exception as error:
+            if type(error).__name__ != "nvvmError":
+                raise
+            from numba.cuda.cudadrv import nvrtc, nvvm
+            from numba.cuda.cudadrv.error import NvvmError
+
+            unit = nvvm.CompilationUnit({**{k: v for k, v in options.items() if k != "fastmath"},
+                                         "arch": nvrtc.get_arch_option(*cc)})
+            for module in irs:
+                unit.add_module(nvvm.llvm_replace(module).encode("utf8"))
+            try:
+                unit.verify()
+            except Exception:  # noqa: BLE001  (the log is what is wanted)
+                pass
+            raise NvvmError(f"NVVM for {_arch(cc)}: {error}\n{unit.get_log().strip()[:3000]}") from error
+
+    return wrapped
+
+
 def _compile_one(payload, argtypes, ccs):
+    """A kernel the simulator launched: typed and lowered once, then NVVM for each target (as numba's
+    code library does for a kernel it loads on another GPU: the LLVM IR does not depend on the
+    capability, and typing is most of a compile), ptxas for the first. Its LLVM IR comes back too,
+    for the other targets of `python -m workbook compile`."""
+    import cloudpickle
+
     from numba.cuda import dispatcher
 
     # numba compiles a kernel's device functions for get_current_device()'s capability, which
     # would need a driver: answer it without one.
     dispatcher.get_current_device = lambda: _NoDevice
-    results = []
-    for cc, ptx in zip(ccs, _ptx_for_each(payload, argtypes, ccs)):
-        facts = {"cc": f"{cc[0]}.{cc[1]}{''.join(cc[2:])}", "ptx_lines": ptx.count("\n"), "ptx": ptx}
-        if cc == ccs[0]:
-            facts.update(_ptx_facts(ptx, cc))
-        results.append(facts)
-    return results
-
-
-def _ptx_for_each(payload, argtypes, ccs):
-    """The kernel's PTX for each capability: typed and lowered once (for the first), then NVVM once
-    per capability, as numba's code library does for a kernel it loads on another GPU (the LLVM IR
-    does not depend on the capability; typing is most of a compile)."""
-    import cloudpickle
-
-    from numba.cuda import compile_ptx
-
-    _NoDevice.compute_capability = ccs[0]
+    _NoDevice.compute_capability = tuple(ccs[0][:2])
     try:
         from numba.cuda.compiler import _compile_pyfunc_with_fixup  # numba-cuda 0.30: compile_ptx's first half
     except ImportError:
         _compile_pyfunc_with_fixup = None
     if _compile_pyfunc_with_fixup is None:  # another numba-cuda: type it again for each capability
-        ptxes = []
-        for cc in ccs:
-            _NoDevice.compute_capability = cc
-            ptxes.append(compile_ptx(cloudpickle.loads(payload), argtypes, cc=cc)[0])
-        return ptxes
-    library, _ = _compile_pyfunc_with_fixup(cloudpickle.loads(payload), argtypes, device=False, abi="numba",
-                                            cc=ccs[0])
-    return ["\n".join(library.get_asm_strs(cc=cc)) for cc in ccs]
+        from numba.cuda import compile_ptx
+
+        def ptx_for(cc):
+            _NoDevice.compute_capability = cc[:2]
+            return compile_ptx(cloudpickle.loads(payload), argtypes, cc=cc)[0]
+
+        ir = None
+    else:
+        library, _ = _compile_pyfunc_with_fixup(cloudpickle.loads(payload), argtypes, device=False, abi="numba",
+                                                cc=tuple(ccs[0][:2]))
+
+        ir = (list(library.llvm_strs), dict(library._nvvm_options))
+        ptx_for = _with_nvvm_log(lambda cc: "\n".join(library.get_asm_strs(cc=cc)), *ir)
+    targets, needs = _build(ptx_for, [tuple(cc) for cc in ccs], assemble=[tuple(ccs[0])])
+    return {"targets": targets, "needs": needs, "ir": ir}
+
+
+def _compile_ir(ir, needs, ccs):
+    """A kernel's stored LLVM IR (and numba's NVVM options for it), built for other targets: NVVM and
+    ptxas, each target's error its own."""
+    from numba.cuda.cudadrv import nvrtc, nvvm
+
+    irs, options = ir
+
+    def ptx_for(cc):
+        text = nvvm.compile_ir(irs, **dict(options, arch=nvrtc.get_arch_option(*cc)))
+        return text.decode().strip("\x00").strip()
+
+    ccs = [tuple(cc) for cc in ccs]
+    return _build(_with_nvvm_log(ptx_for, irs, options), ccs, assemble=ccs, needs=needs, keep_ptx=False,
+                  errors_raise=False)[0]
 
 
 def is_the_kernels_fault(error):
@@ -331,9 +471,11 @@ def serve():
         request = _receive(stdin)
         if request is None:
             return
-        payload, argtypes, ccs = request
         try:
-            answer = {"ok": True, "targets": _compile_one(payload, argtypes, ccs)}
+            if "ir" in request:
+                answer = {"ok": True, "targets": _compile_ir(request["ir"], request["needs"], request["ccs"])}
+            else:
+                answer = {"ok": True, **_compile_one(request["kernel"], request["argtypes"], request["ccs"])}
         except Exception as error:  # noqa: BLE001  (numba's error is the answer)
             # ok None: the compile could not run, which says nothing about the kernel
             answer = {"ok": False if is_the_kernels_fault(error) else None,
@@ -362,15 +504,16 @@ class Compiler:
                                             cwd=ROOT, start_new_session=True)
         return self.process
 
-    def compile(self, kernel, argtypes):
+    def compile(self, kernel, argtypes, ccs=CCS):
         """The worker's answer for this kernel and signature (cached in memory and on disk)."""
-        return self.start(kernel, argtypes)()
+        return self.start(kernel, argtypes, ccs)()
 
-    def start(self, kernel, argtypes):
+    def start(self, kernel, argtypes, ccs=CCS):
         """Look the answer up, or pickle the kernel for the worker, now (before the simulator swaps
         the `cuda` in its globals for the fake one); returns a function that gets the answer, which
-        another thread may call."""
-        key = (kernel.fn, argtypes)  # the function, not its code: closures share code (ch03's per-dtype kernels)
+        another thread may call. ccs: the targets (a launch's are CCS, and only those are logged)."""
+        ccs = tuple(tuple(cc) for cc in ccs)
+        key = (kernel.fn, argtypes, ccs)  # the function, not its code: closures share code (ch03's per-dtype kernels)
         with self.lock:
             if key in self.seen:
                 answer = self.seen[key]
@@ -381,13 +524,13 @@ class Compiler:
             except Exception as error:  # noqa: BLE001  (the compile cannot run: not the kernel's fault)
                 answer = self.seen[key] = {"ok": None, "error": f"{type(error).__name__}: {error}"}
                 return lambda: answer
-            ccs = ccs_for(kernel.fn)
             digest = hashlib.sha256(payload + repr((argtypes, ccs, CACHE_FORMAT)).encode()
-                                    + _sources_by_name(kernel.fn)).hexdigest()
+                                    + _sources_by_name(kernel.fn)
+                                    + _TABLE).hexdigest()
             cached = CACHE / f"{digest}.json"
             if cached.exists():
                 answer = self.seen[key] = json.loads(cached.read_text())
-                self._log(kernel, argtypes, answer)
+                self._log(kernel, argtypes, ccs, digest, answer)
                 return lambda: answer
 
         def finish():
@@ -395,32 +538,144 @@ class Compiler:
                 if key in self.seen:
                     return self.seen[key]
                 worker = self._worker()
-                _send(worker.stdin, (payload, argtypes, ccs))
+                _send(worker.stdin, {"kernel": payload, "argtypes": argtypes, "ccs": ccs})
                 answer = _receive(worker.stdout)
                 if answer is None:
                     raise RuntimeError("the compile worker died; run `python -m workbook compile` to see why")
+                ir = answer.pop("ir", None)
                 if answer["ok"] is not None:  # a compile that could not run is tried again next time
                     CACHE.mkdir(parents=True, exist_ok=True)
-                    temporary = cached.with_suffix(f".{os.getpid()}.tmp")
-                    temporary.write_text(json.dumps(answer))
-                    temporary.replace(cached)
+                    if answer["ok"] and ir is not None:  # for the other targets (build_everywhere)
+                        _write(ir_path(digest), zlib.compress(pickle.dumps(ir), 1))
+                    _write(cached, json.dumps(answer).encode())
                 self.seen[key] = answer
-                self._log(kernel, argtypes, answer)
+                self._log(kernel, argtypes, ccs, digest, answer)
                 return answer
 
         return finish
 
-    def _log(self, kernel, argtypes, answer):
-        if not self.log_dir:
+    def _log(self, kernel, argtypes, ccs, digest, answer):
+        if not self.log_dir or ccs != CCS:  # a launch's compile, not show_ptx for another target
             return
         fn = kernel.fn
         record = {"kernel": f"{fn.__module__}.{fn.__qualname__}", "file": fn.__code__.co_filename,
                   "line": fn.__code__.co_firstlineno, "signature": ", ".join(str(t) for t in argtypes),
-                  "ok": answer["ok"], "error": answer.get("error"),
+                  "ok": answer["ok"], "error": answer.get("error"), "digest": digest,
+                  "needs": answer.get("needs", []),
                   "targets": [{k: v for k, v in t.items() if k != "ptx"} for t in answer.get("targets", [])]}
         Path(self.log_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(self.log_dir) / f"compile-{os.getpid()}.jsonl", "a") as log:
             log.write(json.dumps(record) + "\n")
+
+
+# the instruction table's facts, part of each answer's key: what a target skips follows the table
+_TABLE = repr([(i.name, i.first, i.only, i.ptx) for i in capability.INSTRUCTIONS.values()]).encode()
+
+
+def ir_path(digest):
+    """Where a compiled signature's LLVM IR and NVVM options are kept (zlib of a pickle)."""
+    return CACHE / f"{digest}.ir"
+
+
+def _write(path, data):
+    """Write a cache file whole: another process sees the old one or the new one, never half."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temporary.write_bytes(data)
+    temporary.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every other target: `python -m workbook compile`
+
+
+def plan(every_target=False):
+    """The targets `python -m workbook compile` builds each kernel for: the oldest of each family of
+    supported_targets() (every one with every_target=True)."""
+    targets = supported_targets()
+    return targets if every_target else [members[0] for members in families(targets).values()]
+
+
+def build_everywhere(records, targets, jobs=None):
+    """Give each record of the compile log (a launched kernel's signature, its answer for CCS) an
+    entry for every target of `targets`: from the log where the launch's compile assembled it,
+    skipped where the kernel uses an instruction the target lacks, else built from the stored LLVM IR
+    in `jobs` worker processes (default: one per core) and cached. Returns how many were built."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    work = []  # (record, targets still to build)
+    for record in records:
+        entries = {entry["target"]: entry for entry in record.get("targets", [])
+                   if entry.get("assembled") or "skipped" in entry}
+        record["everywhere"] = everywhere = {}
+        if record["ok"] is not True:
+            continue
+        wanted = []
+        for cc in targets:
+            name = _text(cc)
+            reason = capability.skip_reason(record.get("needs", []), cc)
+            cached = CACHE / f"{record.get('digest')}.{_arch(cc)}.json"
+            if name in entries:
+                everywhere[name] = entries[name]
+            elif reason:
+                everywhere[name] = {"target": name, "skipped": reason}
+            elif cached.exists():
+                everywhere[name] = json.loads(cached.read_text())
+            else:
+                wanted.append(cc)
+        if wanted:
+            work.append((record, wanted))
+    if not work:
+        return 0
+    # the largest IR first: the longest builds start first, and the workers finish together
+    work.sort(key=lambda item: -(ir_path(item[0].get("digest", "-")).stat().st_size
+                                 if ir_path(item[0].get("digest", "-")).exists() else 0))
+    queue = list(reversed(work))
+    lock = threading.Lock()
+
+    def worker_loop():
+        process = subprocess.Popen([sys.executable, "-c", "from workbook.compiler import serve; serve()"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env(), cwd=ROOT,
+                                   start_new_session=True)
+        try:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    record, wanted = queue.pop()
+                _build_from_ir(process, record, wanted)
+        finally:
+            process.stdin.close()
+            process.wait()
+
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for done in [pool.submit(worker_loop) for _ in range(jobs)]:
+            done.result()
+    return sum(len(wanted) for _, wanted in work)
+
+
+def _build_from_ir(process, record, wanted):
+    everywhere = record["everywhere"]
+    stored = ir_path(record.get("digest", "-"))
+    if not stored.exists():
+        for cc in wanted:
+            everywhere[_text(cc)] = {"target": _text(cc), "not_built": f"no LLVM IR stored for it ({stored.name}): "
+                                     "run the tests again with the compile hook on"}
+        return
+    _send(process.stdin, {"ir": pickle.loads(zlib.decompress(stored.read_bytes())), "needs": record.get("needs", []),
+                          "ccs": wanted})
+    answer = _receive(process.stdout)
+    if answer is None or answer["ok"] is not True:
+        why = "the compile worker died" if answer is None else answer["error"]
+        for cc in wanted:
+            everywhere[_text(cc)] = {"target": _text(cc), "not_built": why}
+        if answer is None:
+            raise RuntimeError("the compile worker died; its error is above")
+        return
+    for cc, entry in zip(wanted, answer["targets"]):
+        everywhere[_text(cc)] = entry
+        if "error" not in entry and "skipped" not in entry:  # what this compiler cannot build: asked again
+            _write(CACHE / f"{record['digest']}.{_arch(cc)}.json", json.dumps(entry).encode())
 
 
 _compiler = None
@@ -571,20 +826,21 @@ def with_source_lines(message):
 
 
 def ptx(kernel, argtypes, cc=CCS[0]):
-    """The PTX of a kernel for the given numba argument types (simulator mode, via the worker)."""
+    """The PTX of a kernel for the given numba argument types (simulator mode, via the worker), for
+    compute capability `cc`: a launch's targets (CCS) come from its compile, another is built for it."""
     global _compiler
     if _compiler is None:
         reason = missing()
         if reason:
             raise RuntimeError(f"cannot compile here: {reason}")
         _compiler = Compiler()
-    ccs = ccs_for(kernel.fn)
-    if tuple(cc) not in ccs and not (ccs == (SM_90A,) and tuple(cc) == CCS[0]):
-        raise ValueError(f"compute capability {cc}: this kernel is compiled for {ccs} only")
-    answer = _compiler.compile(kernel, tuple(argtypes))
+    cc = tuple(cc)[:2]
+    answer = _compiler.compile(kernel, tuple(argtypes), CCS if cc in CCS else (cc,))
     if answer["ok"] is None:
         raise RuntimeError(f"could not compile here: {answer['error']}")
     if not answer["ok"]:
         raise GPUCompileError(answer["error"])
-    return answer["targets"][0 if ccs == (SM_90A,) else ccs.index(tuple(cc))]["ptx"]
-
+    entry = next(entry for entry in answer["targets"] if entry["target"] == _text(cc))
+    if "skipped" in entry:
+        raise ValueError(f"compute capability {_text(cc)}: this kernel is not built for it: {entry['skipped']}")
+    return entry["ptx"]

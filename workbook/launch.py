@@ -85,10 +85,13 @@ class PreparedLaunch:
     as a first call would; `launch()` then costs what the driver costs. The arguments are fixed:
     the device arrays must stay alive and keep their shape (a new buffer needs a new
     PreparedLaunch; the data in them may change freely). `via`: "driver" (cuLaunchKernel with a
-    parameter block built once) or "cuda.core" (cuda.core.launch with the packed list).
+    parameter block built once) or "cuda.core" (cuda.core.launch with the packed list). shared:
+    bytes of dynamic shared memory, as the fourth item of `kernel[grid, block, stream, shared]`
+    (past 48 KB the kernel must have been allowed them: allow_shared_memory).
     """
 
-    def __init__(self, kernel, blocks, threads, *args, stream=0, via="driver", returns=None, keep_args=True):
+    def __init__(self, kernel, blocks, threads, *args, stream=0, via="driver", returns=None, keep_args=True,
+                 shared=0):
         for index, arg in enumerate(args):
             if isinstance(arg, np.ndarray):
                 raise TypeError(f"argument {index} is a host (NumPy) array: a prepared launch takes device "
@@ -96,10 +99,10 @@ class PreparedLaunch:
         if via not in ("driver", "cuda.core"):
             raise ValueError(f"via must be 'driver' or 'cuda.core', not {via!r}")
         self.kernel, self.args, self.stream, self.returns = kernel, args, stream, returns
-        self.blocks, self.threads = blocks, threads
+        self.blocks, self.threads, self.shared = blocks, threads, shared
         if not ON_GPU:
             self.how = "simulator: kernel[grid, block](*args)"
-            self._launcher = kernel[blocks, threads, stream]
+            self._launcher = kernel[blocks, threads, stream, shared]
             return
         from numba.cuda.cudadrv import driver as numba_driver
 
@@ -120,7 +123,7 @@ class PreparedLaunch:
         if via == "cuda.core":
             from cuda.core import LaunchConfig, launch
 
-            config = LaunchConfig(grid=grid, block=block, shmem_size=0)
+            config = LaunchConfig(grid=grid, block=block, shmem_size=shared)
             self._packed = packed
             kernel_object = function.kernel
             self._launcher = lambda: launch(stream, config, kernel_object, *packed)
@@ -142,7 +145,7 @@ class PreparedLaunch:
         launch_kernel = driver.cuLaunchKernel
 
         def launcher():
-            error, = launch_kernel(function_handle, *grid, *block, 0, driver_stream, parameters, 0)
+            error, = launch_kernel(function_handle, *grid, *block, shared, driver_stream, parameters, 0)
             if error:
                 raise RuntimeError(f"cuLaunchKernel failed: {error!r}")
 
@@ -252,23 +255,24 @@ class LaunchCache:
             return interface["data"][0], interface["shape"], interface.get("strides"), interface["typestr"]
         return type(arg)
 
-    def launch(self, kernel, blocks, threads, args, scalars=(), stream=0):
-        """Launch kernel[blocks, threads, stream](*args, *scalars), prepared once per signature."""
+    def launch(self, kernel, blocks, threads, args, scalars=(), stream=0, shared=0):
+        """Launch kernel[blocks, threads, stream, shared](*args, *scalars), prepared once per
+        signature (shared: bytes of dynamic shared memory)."""
         config = (kernel, blocks, threads)
-        self._launch(config, lambda: config, (*args, *scalars), stream)
+        self._launch((*config, shared), lambda: config, (*args, *scalars), stream, shared)
 
-    def launch_planned(self, plan, args, options=(), stream=0):
+    def launch_planned(self, plan, args, options=(), stream=0, shared=0):
         """Launch the kernel that `plan(*args, *options)` picks, as (kernel, blocks, threads), on
         args. The plan must depend only on what the key holds (the arrays' shapes, dtypes and
         addresses, the scalars' types) and on the options: it is worked out on the first call
-        with these buffers, not at every call."""
-        self._launch((plan, options), lambda: plan(*args, *options), args, stream)
+        with these buffers, not at every call (a plan may compile there, too)."""
+        self._launch((plan, options, shared), lambda: plan(*args, *options), args, stream, shared)
 
-    def _launch(self, what, plan, args, stream):
+    def _launch(self, what, plan, args, stream, shared=0):
         """what: the head of the key; plan(): (kernel, blocks, threads), called on a miss only."""
         if not ON_GPU:
             kernel, blocks, threads = plan()
-            kernel[blocks, threads, stream](*args)
+            kernel[blocks, threads, stream, shared](*args)
             return
         signature = tuple(map(self._signature, args))
         scalars = tuple(a if isinstance(kind, type) else None for kind, a in zip(signature, args))  # arrays: None
@@ -277,14 +281,14 @@ class LaunchCache:
         if entry is not None:
             prepared, last = entry
             for index, (old, new) in enumerate(zip(last, scalars)):
-                if old != new:  # a scalar that changed (arrays are None on both sides)
+                if old is not new and old != new:  # a scalar that changed (arrays are None on both sides)
                     prepared.set(index, new)
             entry[1] = scalars
             self.entries.move_to_end(key)
             prepared()
             return
         kernel, blocks, threads = plan()
-        prepared = PreparedLaunch(kernel, blocks, threads, *args, stream=stream, keep_args=False)
+        prepared = PreparedLaunch(kernel, blocks, threads, *args, stream=stream, keep_args=False, shared=shared)
         self.entries[key] = [prepared, scalars]
         if len(self.entries) > self.size:
             self.entries.popitem(last=False)

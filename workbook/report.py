@@ -181,32 +181,95 @@ def module_kernels(chapter_ids, skip=("exercises",)):
     return names
 
 
-def compile_table(records, console, never_launched=()):
+# The GPUs of each compute capability, for the table's header (the targets themselves come from the
+# installed compiler: workbook/compiler.py's supported_targets)
+GPUS = {(7, 5): "T4, RTX 20", (8, 0): "A100, A30", (8, 6): "RTX 30, A10, A40", (8, 7): "Jetson Orin",
+        (8, 9): "RTX 40, L4, L40", (9, 0): "H100, H200", (10, 0): "B200", (10, 1): "Jetson Thor",
+        (10, 3): "B300", (12, 0): "RTX 50, RTX PRO 6000", (12, 1): "DGX Spark"}
+
+
+def _cc_text(cc):
+    return f"{cc[0]}.{cc[1]}"
+
+
+def _numba_notation(signature):
+    """array(float32, 2d, C) as numba's error messages write it, float32[:, ::1]: a row fits."""
+    import re
+
+    def short(match):
+        dims = [":"] * int(match[2])
+        if match[3] in ("C", "F") and dims:
+            dims[-1 if match[3] == "C" else 0] = "::1"
+        return f"{match[1]}[{', '.join(dims)}]"
+
+    return re.sub(r"\barray\((\w+), (\d+)d, ([CFA])\)", short, signature)
+
+
+def compile_table(records, console, targets, never_launched=(), family_of=None):
+    """The table of every (kernel, signature) and target: registers, local memory and spilled bytes
+    a thread (ptxas) where it was built, "skip" with the reason where the kernel uses an instruction the
+    target lacks or the installed compiler cannot build it (compiler.COMPILER_LIMITS; a footnote under
+    the table each), the error where it would not compile. Returns the number of errors.
+
+    records: report.compile_records after compiler.build_everywhere (each with "everywhere");
+    targets: the (major, minor) built; family_of: {target: the later targets running its build}."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="Every kernel launched, compiled for a GPU (cc 9.0, and 7.5) without one")
-    longest = max((len(kernel.replace("chapters.", "").replace("_exercise_variant", "variant"))
-                   for kernel, _ in records), default=10)
-    table.add_column("kernel", min_width=min(longest, 48), overflow="fold")  # a name a reader can search for
-    for column in ("signature", "compiled", "registers", "spills (B)"):
-        table.add_column(column, overflow="fold")
-    errors = 0
+    family_of = family_of or {}
+    table = Table(title="Every kernel launched, built for each GPU target without a GPU: registers a thread, "
+                        "L bytes of local memory (arrays not kept in registers), S bytes spilled")
+    table.add_column("kernel, where, signature", ratio=1, min_width=34, overflow="fold")  # a name to search for
+    for cc in targets:
+        later = family_of.get(tuple(cc), [])
+        table.add_column(_cc_text(cc) + (f" (+{', '.join(map(_cc_text, later))})" if later else ""),
+                         overflow="fold", justify="right", max_width=12)
+    notes, built, skipped, not_here, errors = {}, 0, 0, 0, 0
+
+    def note(text):
+        return notes.setdefault(text, len(notes) + 1)
+
     for (kernel, signature), record in sorted(records.items()):
         short = kernel.replace("chapters.", "").replace("_exercise_variant", "variant")
-        if record["ok"] is True:
-            first = record["targets"][0] if record["targets"] else {}
-            status = "[green]yes[/] (" + ", ".join(t["cc"] for t in record["targets"]) + ")"
-            registers, spills = first.get("registers"), first.get("spill_bytes")
-        else:
+        cells = []
+        if record["ok"] is not True:
             errors += 1
-            status, registers, spills = f"[red]ERROR[/]: {record['error'][:1500]}", None, None
-        table.add_row(short, signature if len(signature) < 120 else signature[:117] + "...", status,
-                      "-" if registers is None else str(registers), "-" if spills is None else str(spills))
+            mark = note(f"{short} ({signature}): {record['error'][:1500]}")
+            cells = [f"[red]ERROR[/] [{mark}]"] * len(targets)
+        for cc in targets if record["ok"] is True else ():
+            entry = record.get("everywhere", {}).get(_cc_text(cc), {"not_built": "not built"})
+            if "skipped" in entry and entry.get("compiler"):  # this compiler's limit, not the GPU's
+                not_here += 1
+                cells.append(f"[magenta]skip[/] [{note(entry['skipped'])}]")
+            elif "skipped" in entry:
+                skipped += 1
+                cells.append(f"[yellow]skip[/] [{note(entry['skipped'])}]")
+            elif "error" in entry or "not_built" in entry:
+                errors += 1
+                why = entry.get("error") or f"not built: {entry['not_built']}"
+                cells.append(f"[red]ERROR[/] [{note(f'{short} ({signature}) for {_cc_text(cc)}: {why[:1500]}')}]")
+            else:
+                built += 1
+                registers, spills, stack = (entry.get(key) for key in ("registers", "spill_bytes", "stack_bytes"))
+                text = "yes" if registers is None else str(registers)
+                cells.append(("" if entry.get("cc", _cc_text(cc)) == _cc_text(cc) else f"{entry['cc']}: ") + text
+                             + (f" [yellow]L{stack}[/]" if stack else "") + (f" [red]S{spills}[/]" if spills else ""))
+        where, _, name = short.rpartition(".")
+        shown = _numba_notation(signature)
+        shown = shown if len(shown) < 160 else shown[:157] + "..."
+        table.add_row(f"{escape(name)}\n[dim]{escape(where)} ({escape(shown)})[/]", *cells)
+    width = console.width
+    console.width = max(width, 40 + 14 * len(targets))  # a column a target: wider than a notebook's tables
     console.print(table)
+    console.width = width
+    for text, number in notes.items():
+        console.print(f"[{number}] {text}", highlight=False, markup=False)
     kernels = {kernel for kernel, _ in records}
-    console.print(f"{len(records)} (kernel, signature) pairs of {len(kernels)} kernels; {errors} would not compile")
+    console.print(f"{len(records)} (kernel, signature) pairs of {len(kernels)} kernels, for "
+                  + ", ".join(_cc_text(cc) + (f" ({GPUS[tuple(cc)]})" if tuple(cc) in GPUS else "") for cc in targets)
+                  + f": {built} built, {skipped} skipped for an instruction the target lacks (the reasons above), "
+                  + (f"{not_here} not built by the installed compiler for a limit of its own (above), " if not_here
+                     else "") + f"{errors} would not compile")
     if never_launched:
         console.print("defined but launched by no test, so not compiled here: " + ", ".join(sorted(never_launched)))
     return errors
-
-

@@ -68,8 +68,9 @@ t = lane % 4:
 The rules are the hardware's. Every lane of the warp must execute each mma and ldmatrix (`.sync
 .aligned`): one inside a branch some lanes skip, or in a warp cut short by the block size, is
 undefined on a GPU. ldmatrix and cp.async need 16-byte-aligned rows. The instructions need compute
-capability 8.0 (TF32, BF16, m16n8k16, cp.async) or 7.5 (ldmatrix): `tensor_cores(cc)` says whether a
-GPU has them; the chapters' wrappers check it and say so instead of failing to load.
+capability 8.0 (TF32, BF16, m16n8k16, cp.async) or 7.5 (ldmatrix), wgmma 9.0 alone (sm_90a):
+workbook/capability.py lists them, and the chapters' wrappers ask it (`capability.supports`) and say so
+instead of failing to load.
 
 In the simulator each is plain Python with the same effect: an mma or ldmatrix is a warp collective
 (simulator/collectives.py) that gathers every lane's fragment into the matrices, multiplies them in
@@ -90,8 +91,11 @@ ROW_BYTES = 16  # one ldmatrix row, one cp.async
 
 
 def tensor_cores(compute_capability):
-    """Does a GPU of this compute capability have every instruction here (sm_80 and up)?"""
-    return tuple(compute_capability) >= (8, 0)
+    """Does a GPU of this compute capability have every mma.sync instruction here (sm_80 and up)?
+    workbook/capability.py's table says which instruction needs what."""
+    from . import capability
+
+    return capability.supports(*capability.MMA_SYNC, "mma.sync.bf16", cc=compute_capability)
 
 
 def round_tf32(x):

@@ -187,15 +187,20 @@ def _copy_args(src, dst):
     return src, dst
 
 
+# Every wrapper launches through a cache of prepared launches: the same buffers again cost the
+# driver's launch, not numba's typing and packing of every argument (chapter 07).
+_launches = LaunchCache()
+
+
 def copy_one_per_thread(src, dst):
     src, dst = _copy_args(src, dst)
-    copy_one_per_thread_kernel[_blocks_for(src.size), THREADS_PER_BLOCK](src, dst)
+    _launches.launch(copy_one_per_thread_kernel, _blocks_for(src.size), THREADS_PER_BLOCK, (src, dst))
     return dst
 
 
 def copy_grid_stride(src, dst):
     src, dst = _copy_args(src, dst)
-    copy_grid_stride_kernel[_machine_blocks(src.size), THREADS_PER_BLOCK](src, dst)
+    _launches.launch(copy_grid_stride_kernel, _machine_blocks(src.size), THREADS_PER_BLOCK, (src, dst))
     return dst
 
 
@@ -208,11 +213,8 @@ def copy_grid_stride_wide(src, dst):
     if src.size % 2 or src.dtype.itemsize != 4:
         return copy_grid_stride(src, dst)
     wide_src, wide_dst = src.view(np.uint64), dst.view(np.uint64)
-    copy_grid_stride_kernel[_machine_blocks(wide_src.size), THREADS_PER_BLOCK](wide_src, wide_dst)
+    _launches.launch(copy_grid_stride_kernel, _machine_blocks(wide_src.size), THREADS_PER_BLOCK, (wide_src, wide_dst))
     return dst
-
-
-_launches = LaunchCache()
 
 
 def copy_quads(src, dst):
@@ -240,13 +242,13 @@ def _axpy_args(x, y, out):
 
 def axpy_one_per_thread(a, x, y, out):
     x, y, out = _axpy_args(x, y, out)
-    axpy_one_per_thread_kernel[_blocks_for(x.size), THREADS_PER_BLOCK](x.dtype.type(a), x, y, out)
+    _launches.launch(axpy_one_per_thread_kernel, _blocks_for(x.size), THREADS_PER_BLOCK, (x.dtype.type(a), x, y, out))
     return out
 
 
 def axpy_grid_stride(a, x, y, out):
     x, y, out = _axpy_args(x, y, out)
-    axpy_grid_stride_kernel[_machine_blocks(x.size), THREADS_PER_BLOCK](x.dtype.type(a), x, y, out)
+    _launches.launch(axpy_grid_stride_kernel, _machine_blocks(x.size), THREADS_PER_BLOCK, (x.dtype.type(a), x, y, out))
     return out
 
 
@@ -255,7 +257,7 @@ def axpy_quads(a, x, y, out):
     x, y, out = _axpy_args(x, y, out)
     if x.dtype != np.float32 or not all(aligned(v, 16) for v in (x, y, out)):
         return axpy_grid_stride(a, x, y, out)
-    axpy_quads_kernel[_machine_blocks(-(-x.size // 4)), THREADS_PER_BLOCK](np.float32(a), x, y, out)
+    _launches.launch(axpy_quads_kernel, _machine_blocks(-(-x.size // 4)), THREADS_PER_BLOCK, (np.float32(a), x, y, out))
     return out
 
 
@@ -264,5 +266,5 @@ def gather_strided(src, dst, stride):
     if not isinstance(stride, (int, np.integer)) or stride < 1:
         raise ValueError(f"stride must be a positive integer, not {stride!r}")
     dst = require(dst, "dst", dtype=src.dtype, shape=(src.size // stride,))
-    gather_strided_kernel[_blocks_for(dst.size), THREADS_PER_BLOCK](src, dst, stride)
+    _launches.launch(gather_strided_kernel, _blocks_for(dst.size), THREADS_PER_BLOCK, (src, dst), (stride,))
     return dst

@@ -456,7 +456,11 @@ def relu_backward_from_mask_quads_kernel(dy, mask, dx):
 
 # ---------------------------------------------------------------------------------------------
 # Host wrappers: check the arguments, size the grid, launch. The two forward kernels take the same
-# arguments (x, y, mask), so one call checks and times both.
+# arguments (x, y, mask), so one call checks and times both. Every launch goes through a cache of
+# prepared launches: the same buffers again cost the driver's launch, not numba's typing and
+# packing of every argument (chapter 07).
+
+_launches = LaunchCache()
 
 
 def _trip_blocks(n):
@@ -479,7 +483,7 @@ def relu_mask_sequential(x, y, mask):
     x, y, mask = _forward_args(x, y, mask)
     mask_bytes = mask.view(np.uint8)  # the same memory, byte by byte (little-endian: byte b = bits 8b..8b+7)
     blocks = math.ceil(mask_bytes.size / THREADS_PER_BLOCK)
-    relu_mask_sequential_kernel[blocks, THREADS_PER_BLOCK](x, y, mask_bytes)
+    _launches.launch(relu_mask_sequential_kernel, blocks, THREADS_PER_BLOCK, (x, y, mask_bytes))
     return y, mask
 
 
@@ -488,13 +492,13 @@ def relu_mask_ballot(x, y, mask, *, blocks=None):
 
     blocks: override the grid (the tests use 1 block to make every warp loop over several trips)."""
     x, y, mask = _forward_args(x, y, mask)
-    relu_mask_ballot_kernel[blocks or _trip_blocks(x.size), THREADS_PER_BLOCK](x, y, mask)
+    _launches.launch(relu_mask_ballot_kernel, blocks or _trip_blocks(x.size), THREADS_PER_BLOCK, (x, y, mask))
     return y, mask
 
 
 def _pairs(array, name):
     """A float32 device array without its odd last element, viewed as uint64 (the same memory)."""
-    if ON_GPU and array.__cuda_array_interface__["data"][0] % 8:
+    if ON_GPU and not aligned(array, 8):  # numba's pointer: no interface dict built at every call
         raise ValueError(f"{name} must start on an 8-byte boundary for the 8-byte-word kernels")
     return array[: array.size - array.size % 2].view(np.uint64)
 
@@ -523,9 +527,6 @@ def relu_backward_from_mask_wide(dy, mask, dx, *, blocks=None):
         _launches.launch(relu_backward_from_mask_wide_kernel, blocks or _wide_blocks(dy.size), THREADS_PER_BLOCK,
                          (dy, _pairs(dy, "dy"), mask, dx, _pairs(dx, "dx")))
     return dx
-
-
-_launches = LaunchCache()
 
 
 def _quad_blocks(n):
@@ -573,7 +574,7 @@ def relu_backward_from_y(dy, y, dx, *, blocks=None):
     y = require(y, "y", dtype=np.float32, shape=dy.shape)
     dx = require(dx, "dx", dtype=np.float32, shape=dy.shape)
     if dy.size:
-        relu_backward_from_y_kernel[blocks or _trip_blocks(dy.size), THREADS_PER_BLOCK](dy, y, dx)
+        _launches.launch(relu_backward_from_y_kernel, blocks or _trip_blocks(dy.size), THREADS_PER_BLOCK, (dy, y, dx))
     return dx
 
 
@@ -583,5 +584,6 @@ def relu_backward_from_mask(dy, mask, dx, *, blocks=None):
     mask = require(mask, "mask", dtype=np.uint32, shape=(mask_words(dy.size),))
     dx = require(dx, "dx", dtype=np.float32, shape=dy.shape)
     if dy.size:
-        relu_backward_from_mask_kernel[blocks or _trip_blocks(dy.size), THREADS_PER_BLOCK](dy, mask, dx)
+        _launches.launch(relu_backward_from_mask_kernel, blocks or _trip_blocks(dy.size), THREADS_PER_BLOCK,
+                         (dy, mask, dx))
     return dx

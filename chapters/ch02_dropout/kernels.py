@@ -20,13 +20,14 @@ Every kernel here is what the chapter shows and what tests/test_ch02_dropout.py 
 """
 
 import math
+from functools import lru_cache
 
 import numpy as np
 from numba import cuda
 from numba.cuda.random import xoroshiro128p_dtype, xoroshiro128p_uniform_float32
 
 import workbook
-from workbook.inputs import require, sm_count
+from workbook.inputs import empty_like_input, is_torch_tensor, require, sm_count
 from workbook.launch import LaunchCache, PreparedLaunch
 
 from .philox import philox4x32, philox4x32_reference
@@ -358,21 +359,42 @@ def _blocks_for_quads(quads, blocks_per_sm=None):
     return max(1, min(sm_count() * blocks_per_sm, needed))
 
 
-def _output(out, like, name):
+def _output(out, like, name, given=None):
+    """out checked, or a fresh output shaped like `like` (the checked input) and allocated like
+    `given` (the caller's input: torch's caching allocator for a torch tensor, see empty_like_input)."""
     if out is None:
-        return cuda.device_array(like.shape, dtype=like.dtype)
+        return empty_like_input(given, like.shape, like.dtype)
     return require(out, name, dtype=like.dtype, shape=like.shape)
 
 
-def _mask_output(mask, n):
+def _mask_output(mask, n, given=None):
     words = -(-n // 32)
     if mask is None:
-        return cuda.device_array(words, dtype=np.uint32)
+        return empty_like_input(given, (words,), np.uint32)
     return require(mask, "mask", dtype=np.uint32, shape=(words,))
 
 
 _placeholders = {}
 _launches = LaunchCache()
+
+
+@lru_cache(maxsize=64)
+def _fixed_scalars(p, seed):
+    """The kernels' scalars that a training loop keeps from step to step: (threshold, scale, seed
+    low, seed high), made once per (p, seed), the same objects at every call (the launch cache
+    then sees them unchanged at a glance); only the offset's two words are new at each step."""
+    return (threshold_for(p), scale_for(p), *split_u64(seed))
+
+
+def _launch(kernel, blocks, threads, args, scalars, repeats, stream=0):
+    """Through the cache of prepared launches when the buffers come back at the next call (the
+    caller's, or torch's: its caching allocator hands the same memory back), where a launch costs
+    the driver's time only (chapter 07); a plain launch for fresh numba outputs, whose launch
+    would never be found again."""
+    if repeats:
+        _launches.launch(kernel, blocks, threads, args, scalars, stream=stream)
+    else:
+        kernel[blocks, threads, stream](*args, *scalars)
 
 
 def _placeholder():
@@ -384,12 +406,13 @@ def _placeholder():
 
 
 def _forward(x, p, seed, offset, y, mask, write_mask, vector=True, blocks_per_sm=None):
-    x = require(x, "x", dtype=DTYPES, ndim=1)
+    x_given, x = x, require(x, "x", dtype=DTYPES, ndim=1)
     p = check_p(p)
     seed, offset = check_u64(seed, "seed"), check_u64(offset, "offset")
-    given = y is not None and (mask is not None or not write_mask)  # buffers the caller keeps
-    y = _output(y, x, "y")
-    mask = _mask_output(mask, x.size) if write_mask else _placeholder()
+    # buffers the caller keeps, or torch's (its caching allocator hands the same memory back)
+    repeats = y is not None and (mask is not None or not write_mask) or is_torch_tensor(x_given)
+    y = _output(y, x, "y", x_given)
+    mask = _mask_output(mask, x.size, x_given) if write_mask else _placeholder()
     if x.size == 0:
         return y, mask
     wide = vector and quads_aligned(x, y)
@@ -399,11 +422,7 @@ def _forward(x, p, seed, offset, y, mask, write_mask, vector=True, blocks_per_sm
         kernel = dropout_seed_only_kernel if wide else dropout_seed_only_scalar_kernel
     quads = -(-x.size // 4)
     blocks = _blocks_for_quads(quads, blocks_per_sm)
-    scalars = (threshold_for(p), scale_for(p), *split_u64(seed), *split_u64(offset))
-    if given:  # the same buffers again: a prepared launch from the cache (chapter 07)
-        _launches.launch(kernel, blocks, THREADS_PER_BLOCK, (x, y, mask), scalars)
-    else:  # fresh outputs each call: nothing to reuse
-        kernel[blocks, THREADS_PER_BLOCK](x, y, mask, *scalars)
+    _launch(kernel, blocks, THREADS_PER_BLOCK, (x, y, mask), (*_fixed_scalars(p, seed), *split_u64(offset)), repeats)
     return y, mask
 
 
@@ -454,7 +473,7 @@ def dropout_bitmask_counted(x, p, seed, counter, y, mask, *, stream=0):
         wide = quads_aligned(x, y)
         kernel = dropout_bitmask_counted_kernel if wide else dropout_bitmask_counted_scalar_kernel
         _launches.launch(kernel, _blocks_for_quads(-(-x.size // 4)), THREADS_PER_BLOCK, (x, y, mask, counter),
-                         (threshold_for(p), scale_for(p), *split_u64(seed)), stream=stream)
+                         _fixed_scalars(p, seed), stream=stream)
     return y, mask
 
 
@@ -465,30 +484,31 @@ def dropout_seed_only(x, p, seed, offset, y=None):
 
 def dropout_backward_bitmask(dy, mask, p, dx=None, vector=True, blocks_per_sm=None, stream=0):
     """dx = dy * keep / (1 - p), keep read from the packed mask written by dropout_bitmask."""
-    dy = require(dy, "dy", dtype=DTYPES, ndim=1)
+    dy_given, dy = dy, require(dy, "dy", dtype=DTYPES, ndim=1)
     mask = require(mask, "mask", dtype=np.uint32, shape=(-(-dy.size // 32),))
     p = check_p(p)
-    dx = _output(dx, dy, "dx")
+    dx = _output(dx, dy, "dx", dy_given)
     if dy.size:
         wide = vector and quads_aligned(dy, dx)
         kernel = backward_bitmask_kernel if wide else backward_bitmask_scalar_kernel
         quads = -(-dy.size // 4)
         _launches.launch(kernel, _blocks_for_quads(quads, blocks_per_sm), THREADS_PER_BLOCK,  # (seed, offset): unused
-                         (dy, mask, dx, threshold_for(p), scale_for(p), *split_u64(0), *split_u64(0)), stream=stream)
+                         (dy, mask, dx, *_fixed_scalars(p, 0), *split_u64(0)), stream=stream)
     return dx
 
 
 def dropout_backward_seed_only(dy, p, seed, offset, dx=None):
     """dx = dy * keep / (1 - p), keep regenerated from the forward's (seed, offset)."""
-    dy = require(dy, "dy", dtype=DTYPES, ndim=1)
+    dy_given, dy = dy, require(dy, "dy", dtype=DTYPES, ndim=1)
     p = check_p(p)
     seed, offset = check_u64(seed, "seed"), check_u64(offset, "offset")
-    dx = _output(dx, dy, "dx")
+    repeats = dx is not None or is_torch_tensor(dy_given)
+    dx = _output(dx, dy, "dx", dy_given)
     if dy.size:
         kernel = backward_seed_only_kernel if quads_aligned(dy, dx) else backward_seed_only_scalar_kernel
         quads = -(-dy.size // 4)
-        kernel[_blocks_for_quads(quads), THREADS_PER_BLOCK](
-            dy, _placeholder(), dx, threshold_for(p), scale_for(p), *split_u64(seed), *split_u64(offset))
+        _launch(kernel, _blocks_for_quads(quads), THREADS_PER_BLOCK, (dy, _placeholder(), dx),
+                (*_fixed_scalars(p, seed), *split_u64(offset)), repeats)
     return dx
 
 
@@ -529,29 +549,31 @@ def naive_grid(n):
 
 def dropout_naive(x, p, seed, y=None, mask=None):
     """(y, uint8 mask) with numba's xoroshiro128p: random, but not reproducible across grids."""
-    x = require(x, "x", dtype=(np.float32,), ndim=1)
+    x_given, x = x, require(x, "x", dtype=(np.float32,), ndim=1)
     p = check_p(p)
     seed = check_u64(seed, "seed")
-    y = _output(y, x, "y")
+    repeats = y is not None and mask is not None or is_torch_tensor(x_given)
+    y = _output(y, x, "y", x_given)
     if mask is None:
-        mask = cuda.device_array(x.shape, dtype=np.uint8)
+        mask = empty_like_input(x_given, x.shape, np.uint8)
     mask = require(mask, "mask", dtype=np.uint8, shape=x.shape)
     if x.size:
         blocks, threads = naive_grid(x.size)
         states = naive_states(seed, blocks * threads)
-        dropout_naive_kernel[blocks, threads](x, y, mask, np.float32(p), scale_for(p), states)
+        _launch(dropout_naive_kernel, blocks, threads, (x, y, mask), (np.float32(p), scale_for(p), states), repeats)
     return y, mask
 
 
 def dropout_backward_bytemask(dy, mask, p, dx=None):
     """The naive backward: dx = dy * mask / (1 - p) from a byte per element."""
-    dy = require(dy, "dy", dtype=(np.float32,), ndim=1)
+    dy_given, dy = dy, require(dy, "dy", dtype=(np.float32,), ndim=1)
     mask = require(mask, "mask", dtype=(np.uint8, np.bool_), shape=dy.shape)
     p = check_p(p)
-    dx = _output(dx, dy, "dx")
+    repeats = dx is not None or is_torch_tensor(dy_given)
+    dx = _output(dx, dy, "dx", dy_given)
     if dy.size:
         blocks = math.ceil(dy.size / THREADS_PER_BLOCK)
-        dropout_backward_bytemask_kernel[blocks, THREADS_PER_BLOCK](dy, mask, dx, scale_for(p))
+        _launch(dropout_backward_bytemask_kernel, blocks, THREADS_PER_BLOCK, (dy, mask, dx), (scale_for(p),), repeats)
     return dx
 
 

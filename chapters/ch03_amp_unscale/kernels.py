@@ -36,6 +36,7 @@ import workbook
 from workbook import cuda
 from workbook.host import each
 from workbook.inputs import require
+from workbook.launch import LaunchCache
 
 GRAD_DTYPES = (np.float32, np.float16)  # gradients; the arithmetic is float32 for both
 
@@ -376,15 +377,17 @@ def unscale_per_tensor(grads, found_inf, inv_scale):
     return found_inf, grads
 
 
+_launches = LaunchCache()
+
+
 def unscale_fused(grads, found_inf, inv_scale, *, stream=0):
-    """Fused: one launch per MAX_TENSORS_PER_LAUNCH tensors (one launch for any list up to 4096).
-    On a stream other than the default, the launch is configured at each call (a step captured
-    into a graph, chapter 08, launches on its capture stream)."""
+    """Fused: one launch per MAX_TENSORS_PER_LAUNCH tensors (one launch for any list up to 4096),
+    through a cache of prepared launches: the same table and flags again cost the driver's launch,
+    not numba's typing of three arrays (chapter 07). `stream`: where they go (a step captured into
+    a graph, chapter 08, launches on its capture stream)."""
     found_inf, inv_scale = _flag_args(grads, found_inf, inv_scale)
-    for (launch, table), blocks in zip(grads.launches, grads.blocks):
-        if stream:
-            launch = grads.kernel[blocks, THREADS_PER_BLOCK, stream]
-        launch(table, found_inf, inv_scale)
+    for (_, table), blocks in zip(grads.launches, grads.blocks):
+        _launches.launch(grads.kernel, blocks, THREADS_PER_BLOCK, (table, found_inf, inv_scale), stream=stream)
     return found_inf, grads
 
 

@@ -22,6 +22,7 @@ from numba import cuda, uint8, vectorize
 
 from workbook import ON_GPU
 from workbook.inputs import require, sm_count
+from workbook.launch import LaunchCache
 
 THREADS_PER_BLOCK = 256  # 1-D kernels (merge)
 BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, the most an H100 SM holds at once
@@ -218,7 +219,11 @@ def blur_grid(height, width, tiled):
 BLUR_KERNELS = {"2d": blur_2d_kernel, "tile": blur_tile_kernel}
 
 # ---------------------------------------------------------------------------------------------
-# Host wrappers: check the arguments, size the grid, launch.
+# Host wrappers: check the arguments, size the grid, launch. Launches on device arrays go through a
+# cache of prepared launches: the same buffers again cost the driver's launch, not numba's typing
+# and packing of every argument (chapter 07).
+
+_launches = LaunchCache()
 
 
 def check_image(array, name, *, device=True, like=None):
@@ -253,8 +258,8 @@ def merge(a, b, out, stream=0):
     a = check_image(a, "a")
     b = check_image(b, "b", like=a)
     out = check_image(out, "out", like=a)
-    merge_kernel[merge_blocks(a.size), THREADS_PER_BLOCK, stream](a.reshape(a.size), b.reshape(b.size),
-                                                                  out.reshape(out.size))
+    _launches.launch(merge_kernel, merge_blocks(a.size), THREADS_PER_BLOCK,
+                     (a.reshape(a.size), b.reshape(b.size), out.reshape(out.size)), stream=stream)
     return out
 
 
@@ -280,7 +285,7 @@ def blur(src, dst, variant="2d", stream=0, *, src_row0=0, dst_row0=0, image_heig
                          f"{dst_row0 + dst.shape[0] - 1} of a {height}-row image; it holds "
                          f"{src_row0}..{src_row0 + src.shape[0] - 1}")
     grid = blur_grid(dst.shape[0], dst.shape[1], variant == "tile")
-    BLUR_KERNELS[variant][grid, (BLOCK_X, BLOCK_Y), stream](src, dst, src_row0, dst_row0)
+    _launches.launch(BLUR_KERNELS[variant], grid, (BLOCK_X, BLOCK_Y), (src, dst), (src_row0, dst_row0), stream=stream)
     return dst
 
 

@@ -45,7 +45,11 @@ from .warp_softmax import _slots, warp_softmax_kernel
 
 # ---------------------------------------------------------------------------------------------
 # Host wrappers: check the arguments, pick the kernel, size the grid, launch. Naive and optimized
-# take the same arguments, so one chapter.compare() call checks and times both.
+# take the same arguments, so one chapter.compare() call checks and times both. Every launch goes
+# through a cache of prepared launches: the same buffers again cost the driver's launch, not
+# numba's typing and packing of every argument (chapter 07).
+
+_launches = LaunchCache()
 
 
 def _rows_args(x, name="x"):
@@ -90,7 +94,7 @@ def _softmax_args(x, out):
 
 def softmax_naive(x, out):
     x, out = _softmax_args(x, out)
-    softmax_naive_kernel[_naive_blocks(x.shape[0]), NAIVE_THREADS](x, out)
+    _launches.launch(softmax_naive_kernel, _naive_blocks(x.shape[0]), NAIVE_THREADS, (x, out))
     return out
 
 
@@ -103,9 +107,6 @@ def softmax(x, out, *, registers=True, wide=True):
     # kernel choice, grid and argument packing done once per pair of buffers (chapter 07)
     _launches.launch_planned(_softmax_plan, (x, out), (registers, wide))
     return out
-
-
-_launches = LaunchCache()
 
 
 def prepare_softmax(x, out, *, registers=True, wide=True):
@@ -162,8 +163,9 @@ def _cross_entropy_args(logits, targets, losses, lse, mean, validate):
 def cross_entropy_naive(logits, targets, losses, lse, mean, *, check_targets=True):
     logits, targets, losses, lse, mean = _cross_entropy_args(logits, targets, losses, lse, mean,
                                                              check_targets)
-    cross_entropy_naive_kernel[_naive_blocks(logits.shape[0]), NAIVE_THREADS](logits, targets, losses, lse)
-    batch_mean_kernel[1, TREE_THREADS](losses, mean)
+    _launches.launch(cross_entropy_naive_kernel, _naive_blocks(logits.shape[0]), NAIVE_THREADS,
+                     (logits, targets, losses, lse))
+    _launches.launch(batch_mean_kernel, 1, TREE_THREADS, (losses, mean))
     return mean, losses, lse
 
 
@@ -192,7 +194,8 @@ def _backward_args(logits, targets, lse, grad, validate):
 
 def cross_entropy_backward_naive(logits, targets, lse, grad, *, check_targets=True):
     logits, targets, lse, grad = _backward_args(logits, targets, lse, grad, check_targets)
-    cross_entropy_backward_naive_kernel[_naive_blocks(logits.shape[0]), NAIVE_THREADS](logits, targets, lse, grad)
+    _launches.launch(cross_entropy_backward_naive_kernel, _naive_blocks(logits.shape[0]), NAIVE_THREADS,
+                     (logits, targets, lse, grad))
     return grad
 
 

@@ -23,7 +23,9 @@
 #   arguments, and what a torch op and the driver itself cost;
 # - three ways to pay less: a **prepared launch** that checks and packs its arguments once, a
 #   launch straight through the driver (`cuLaunchKernel`, cuda-python), and a **CUDA graph** that
-#   captures a whole step of launches once and replays it with one call.
+#   captures a whole step of launches once and replays it with one call;
+# - what viewing a torch tensor as a numba array costs a wrapper, and how a kept view spares it at
+#   every call.
 #
 # Without a GPU this notebook runs in the simulator: every path runs and is checked (a prepared
 # launch and a graph fall back to plain launches there, and say so), and the stored H100 figures
@@ -206,6 +208,68 @@ if workbook.ON_GPU and torch is not None:
         torch_host = host[next(v for v in host if v.startswith("torch"))]
         chapter.bar(f"{name}: prepared path host cost / torch op host cost", host["prepared"] / torch_host,
                     at_most=3)
+
+# %% [markdown]
+# ## The same wrappers with torch tensors
+#
+# Every wrapper also takes torch (and CuPy) CUDA tensors, viewed as numba arrays of the same memory.
+# A view made afresh at every call (`cuda.as_cuda_array`) is host work at every call: torch builds
+# `__cuda_array_interface__` in Python (a dict: pointer, shape, strides, typestr), numba builds a new
+# `DeviceNDArray` from it (its layout and extent worked out, its memory described), and a launch
+# that is not prepared types the new array again. `require` (workbook/inputs.py) keeps instead the
+# view it made for each (data pointer, shape, strides, dtype, device) it has met, the most recently
+# used `FOREIGN_VIEWS` of them, and reads those five from a torch tensor through torch's C accessors
+# (`data_ptr()`, `shape`, `stride()`, `dtype`); the wrapper's `LaunchCache` then finds its prepared
+# launch by the same address. What is kept:
+# - every check, with the same message as for a numba array (dtype, shape, contiguity), and the
+#   element alignment of the address, checked once per view;
+# - the tensor's lifetime: a kept view holds nothing, so torch's caching allocator may free the
+#   memory and hand it out again; a view is only found for a live tensor with exactly that pointer
+#   and layout, which is exactly the view it needs. What a call gets is a copy of it that holds the
+#   tensor, as `cuda.as_cuda_array`'s view did, so a wrapper may return it;
+# - autograd's rules: a tensor that requires grad is refused (pass `x.detach()`), as torch's own
+#   interface refuses it.
+#
+# Host cost per call of each wrapper on torch tensors, against torch's op on the same tensors (and,
+# on an H100 or H200, chapter 09's wgmma GEMM at a small size, FP16):
+
+# %%
+with_torch = {}  # name: (the wrapper on torch tensors, its reference, its check, {torch's op: the call})
+if torch is not None and hasattr(torch, "uint32"):  # the masks are uint32 tensors: torch 2.3 or later
+    exactly = lambda out, ref, name: workbook.assert_close(out, ref, exact=True, name=name)  # noqa: E731
+    tx, tsx = bench.torch_view(xa), bench.torch_view(xs)  # the inputs above; the outputs torch's own
+    ty, tdrop_y, tsout = torch.empty_like(tx), torch.empty_like(tx), torch.empty_like(tsx)
+    tmask, tdrop_mask = (torch.empty(maska.size, dtype=torch.uint32, device="cuda") for _ in range(2))
+    with_torch["ch01 relu + mask"] = (lambda: relu.relu_mask_quads(tx, ty, tmask),
+                                      lambda: relu.relu_mask_reference(xa.copy_to_host()), exactly,
+                                      {"torch.relu": lambda: torch.relu(tx)})
+    with_torch["ch02 dropout"] = (lambda: dropout.dropout_bitmask(tx, 0.1, 42, 0, tdrop_y, tdrop_mask),
+                                  lambda: dropout.dropout_reference(xa.copy_to_host(), 0.1, 42, 0), exactly,
+                                  {"torch native_dropout": lambda: torch.native_dropout(tx, 0.1, True)})
+    with_torch["ch06 softmax"] = (lambda: softmax.softmax(tsx, tsout),
+                                  lambda: softmax.softmax_reference(xs.copy_to_host()), None,
+                                  {"torch.softmax": lambda: torch.softmax(tsx, -1)})
+    if tuple(cuda.get_current_device().compute_capability) == (9, 0):  # wgmma: an H100 or H200
+        from chapters.ch09_tensor_cores import kernels as tc  # noqa: E402
+
+        a16, bt16 = (rng.standard_normal((512, 512)).astype(np.float16) for _ in range(2))
+        ta16, tbt16 = (torch.as_tensor(v, device="cuda") for v in (a16, bt16))
+        tc32 = torch.empty(512, 512, device="cuda")
+        within = float(tc.tolerance(a16, bt16.T, "f16").max())
+        with_torch["ch09 gemm_bt 512^3 FP16"] = (
+            lambda: tc.gemm_bt(ta16, tbt16, tc32), lambda: tc.gemm_reference(a16, bt16.T, "f16").astype(np.float32),
+            lambda out, ref, name: workbook.assert_close(out, ref, rtol=0, atol=within, name=name),
+            {"torch.matmul": lambda: torch.matmul(ta16, tbt16.T)})
+for name, (wrapper, reference, check, baseline) in with_torch.items():
+    chapter.compare(f"{name}, torch tensors, host cost", {"wrapper, torch tensors": wrapper}, reference=reference,
+                    check=check, baselines=baseline, check_baselines=False)
+    host = {row["variant"]: row["host_us"] for row in chapter.cases[-1]["rows"]}
+    chapter.bar(f"{name}: wrapper with torch tensors, host cost / torch op host cost",
+                host["wrapper, torch tensors"] / host[next(iter(baseline))], at_most=2)
+if not with_torch:
+    print("No torch CUDA tensors here (the simulator, or torch before 2.3); the stored GPU figures, where there are:")
+    for name in ("ch01 relu + mask", "ch02 dropout", "ch06 softmax", "ch09 gemm_bt 512^3 FP16"):
+        chapter.show_stored(f"{name}, torch tensors, host cost")
 
 # %% [markdown]
 # ## When is a kernel launch-bound?
@@ -437,6 +501,10 @@ chapter.lesson("""
 - **Where a kernel stops being launch-bound**: the wrapper's GPU time passes its host cost at
   {x01} elements for relu + mask, {x02} for dropout, {x06} for softmax. Below that, a loop of
   calls runs at the host's pace, whatever the kernel.
+- **A torch tensor is read, not viewed afresh**: `require` finds the numba view it made for the
+  same pointer, shape, strides, dtype and device, read through torch's C accessors; the kept view
+  holds nothing (torch may reuse the memory), the copy a call gets holds the tensor. The bars
+  above hold each wrapper on torch tensors to torch's own op on them.
 - **A graph pays the host once per step**, whatever the number of kernels: the BN + Add + ReLU
   step at 16x32x112x112 takes {graph:.0f} us per step in a loop as a graph ({graph_host:.1f} us of
   host), {launches:.0f} us as four cached launches from Python ({launches_host:.0f} us of host for

@@ -45,7 +45,7 @@
 import numpy as np
 
 import workbook
-from workbook import bench, cuda, timeline
+from workbook import bench, capability, cuda, timeline
 
 from chapters.ch02_dropout import kernels as drop
 from chapters.ch04_implicit_gemm import kernels as conv
@@ -388,6 +388,7 @@ from chapters.ch08_capstone import half as H  # noqa: E402
 from chapters.ch08_capstone import mixed  # noqa: E402
 
 workbook.show(H.wgrad_half_kernel)
+HAS_MMA = capability.check(*mixed.NEEDS, what="mixed precision", instead="the mixed-precision cells leave it out")
 
 # %% [markdown]
 # One mixed step against the float64 reference, told where the mixed network rounds to float16
@@ -400,11 +401,12 @@ workbook.show(H.wgrad_half_kernel)
 
 # %%
 batch16 = workbook.size(gpu=check_batch, sim=2)
-small16 = mixed.MixedNetwork(check_params, batch16, p_drop=p_check, seed=99)
-small16.set_step(7)
-small16.load_batch(x_small[:batch16], t_small[:batch16])
-small16.forward()
-if workbook.ON_GPU:
+if HAS_MMA:
+    small16 = mixed.MixedNetwork(check_params, batch16, p_drop=p_check, seed=99)
+    small16.set_step(7)
+    small16.load_batch(x_small[:batch16], t_small[:batch16])
+    small16.forward()
+if HAS_MMA and workbook.ON_GPU:
     small16.backward()
     small16.unscale()
     keep16 = drop.keep_reference(batch16 * check_width, p_check, 99, 7).reshape(batch16, check_width)
@@ -422,15 +424,16 @@ if workbook.ON_GPU:
 # was, and the scale is halved for the next step.
 
 # %%
-before16 = small16.params.to_host()
-small16.set_scale(2.0**60)
-small16.backward()  # the forward's buffers are this batch's still
-small16.update()
-scales16, skipped16 = small16.scales_so_far(8)
-unchanged = all(np.array_equal(small16.params.to_host()[k], v) for k, v in before16.items())
-print(f"step 7: scale {scales16[7]:.3g}, skipped {bool(skipped16[7])}, weights unchanged {unchanged}; "
-      f"next scale {float(small16.scaler.scale.copy_to_host()[0]):.3g}")
-assert skipped16[7] and unchanged
+if HAS_MMA:
+    before16 = small16.params.to_host()
+    small16.set_scale(2.0**60)
+    small16.backward()  # the forward's buffers are this batch's still
+    small16.update()
+    scales16, skipped16 = small16.scales_so_far(8)
+    unchanged = all(np.array_equal(small16.params.to_host()[k], v) for k, v in before16.items())
+    print(f"step 7: scale {scales16[7]:.3g}, skipped {bool(skipped16[7])}, weights unchanged {unchanged}; "
+          f"next scale {float(small16.scaler.scale.copy_to_host()[0]):.3g}")
+    assert skipped16[7] and unchanged
 
 # %% [markdown]
 # **Training in mixed precision**, beside the float32 run above: the same initial weights, the
@@ -442,8 +445,8 @@ assert skipped16[7] and unchanged
 # in the simulator; `tests/test_ch08_mixed.py` runs one there).
 
 # %%
-VARIANT = "wgmma" if workbook.ON_GPU and cuda.get_current_device().compute_capability == (9, 0) else "pipelined"
-if workbook.ON_GPU:
+VARIANT = "wgmma" if workbook.ON_GPU and capability.supports("wgmma") else "pipelined"
+if workbook.ON_GPU and HAS_MMA:
     net16 = mixed.MixedNetwork(initial, BATCH, variant=VARIANT)
     net16.attach(train_x, train_y)
     graph16 = net16.graph()
@@ -541,7 +544,7 @@ else:
 # torch's AMP step, eager).
 
 # %%
-if workbook.ON_GPU:  # a mixed step takes seconds in the simulator, and its times mean nothing there
+if workbook.ON_GPU and HAS_MMA:  # a mixed step takes seconds in the simulator, its times mean nothing there
     if amp is not None:
         amp.train()
     steps16_cmp = chapter.compare("training step, mixed precision",
@@ -576,10 +579,49 @@ else:
 _accuracy = chapter.figure("training")
 _wall = chapter.figure("wall us per step")
 _graph, _plain, _torch = "workbook, one CUDA graph", "workbook, plain launches", "torch eager"
-_mixed = chapter.figure("mixed training")
-_last = min(10, len(_mixed["mixed accuracy"]))
 _narrow = "training step, mixed precision, half as wide"
-_planted = chapter.figure("planted overflow")
+
+
+def _mixed_text():
+    """The two bullets on mixed precision, where it ran (or, in the simulator, the stored run has it)."""
+    if not HAS_MMA:
+        return "- **Mixed precision**: not on this GPU (see above)."
+    trained = chapter.figure("mixed training")
+    last_n = min(10, len(trained["mixed accuracy"]))
+    planted_run = chapter.figure("planted overflow")
+    return """- **Mixed precision learns as well**: {mixed_acc:.1%} of the held-out digits against float32's
+  {ours:.1%} (the means of the last {last} epochs {mixed_diff:.2f} points apart), torch's AMP twin
+  {amp_acc:.1%}; the loss scale moved between {scale_low:.0f} and {scale_high:.0f}, with {skipped}
+  steps skipped. A scale of 2^40 planted in the trained network skipped {planted} steps in a row,
+  halving the scale each time down to {planted_scale:.3g}, where the steps fit float16 again
+  ({planted_all} of the 30 steps after it skipped in all).
+- **What a mixed step costs**: it takes {mixed_gpu:.2f} ms of GPU time against
+  float32's {graph_gpu:.2f} ({mixed_ratio:.2f} of it). Its backward takes {mixed_backward:.2f} ms
+  against float32's {backward:.2f}, its forward {mixed_forward:.2f} against {forward:.2f}: the tensor
+  cores shorten every convolution and weight gradient, but BatchNorm, pooling and the loss stay
+  float32, and the float16 casts are launches of their own. With half the channels the
+  convolutions do a quarter of the arithmetic, every kernel is bound by latency rather than
+  arithmetic, and the same comparison gives only {narrow_ratio:.2f} ({narrowtrained:.2f} ms against
+  {narrow_fp32:.2f}): mixed precision pays where the multiplies are much of a step's time.""".format(
+        ours=_accuracy["workbook accuracy"][-1], graph_gpu=chapter.figure("training step", _graph),
+        backward=chapter.figure("training step, by part", "backward"),
+        forward=chapter.figure("training step, by part", "forward (gather not included)"),
+        mixed_acc=trained["mixed accuracy"][-1], last=last_n,
+        amp_acc=trained["torch AMP accuracy"][-1] if trained.get("torch AMP accuracy") else float("nan"),
+        planted=planted_run["skipped"], planted_scale=planted_run["scales"][planted_run["skipped"]],
+        planted_all=planted_run["skipped in all"],
+        mixed_diff=chapter.figure(f"test accuracy, mean of the last {last_n} epochs: mixed - float32 (points)"),
+        scale_low=min(trained["loss scale"]), scale_high=max(trained["loss scale"]), skipped=trained["skipped steps"],
+        mixed_gpu=chapter.figure("training step, mixed precision", "mixed, one CUDA graph"),
+        mixed_ratio=chapter.figure("GPU time per step: mixed / float32"),
+        mixed_backward=chapter.figure("mixed step, by part", "backward"),
+        mixed_forward=chapter.figure("mixed step, by part", "forward (gather not included)"),
+        narrowtrained=chapter.figure(_narrow, "mixed, one CUDA graph"),
+        narrow_fp32=chapter.figure(_narrow, "float32, one CUDA graph"),
+        narrow_ratio=chapter.figure(_narrow, "mixed, one CUDA graph") / chapter.figure(_narrow, "float32, one CUDA graph"),
+    )
+
+
 chapter.lesson("""
 - **It learns as well as torch.** {epochs} epochs of {steps} steps: {ours:.1%} of the held-out digits, the
   torch twin {theirs:.1%}; the two loss curves lie on each other (they differ only in the dropout
@@ -592,20 +634,7 @@ chapter.lesson("""
 - **The same step from Python, wrapper by wrapper**, costs {plain_host:.0f} us of host: each of its 28
   wrapper calls (47 launches) checks its arguments and builds its views, {per_call:.0f} us a call.
   Graphs exist for exactly this.
-- **Mixed precision learns as well**: {mixed_acc:.1%} of the held-out digits against float32's
-  {ours:.1%} (the means of the last {last} epochs {mixed_diff:.2f} points apart), torch's AMP twin
-  {amp_acc:.1%}; the loss scale moved between {scale_low:.0f} and {scale_high:.0f}, with {skipped}
-  steps skipped. A scale of 2^40 planted in the trained network skipped {planted} steps in a row,
-  halving the scale each time down to {planted_scale:.3g}, where the steps fit float16 again
-  ({planted_all} of the 30 steps after it skipped in all).
-- **What a mixed step costs**: it takes {mixed_gpu:.2f} ms of GPU time against
-  float32's {graph_gpu:.2f} ({mixed_ratio:.2f} of it). Its backward takes {mixed_backward:.2f} ms
-  against float32's {backward:.2f}, its forward {mixed_forward:.2f} against {forward:.2f}: the tensor
-  cores shorten every convolution and weight gradient, but BatchNorm, pooling and the loss stay
-  float32, and the float16 casts are launches of their own. With half the channels the
-  convolutions do a quarter of the arithmetic, every kernel is bound by latency rather than
-  arithmetic, and the same comparison gives only {narrow_ratio:.2f} ({narrow_mixed:.2f} ms against
-  {narrow_fp32:.2f}): mixed precision pays where the multiplies are much of a step's time.
+{mixed}
 - **Where our GPU time goes**: the backward ({backward:.2f} ms) is {bwd_vs_fwd:.1f} times the forward
   ({forward:.2f}). The data gradient runs at {dgrad:.1f} TFLOP/s against cuDNN's {dgrad_cudnn:.1f},
   the weight gradient at {wgrad:.1f} against {wgrad_cudnn:.1f}: on layers this small a kernel's
@@ -631,19 +660,7 @@ chapter.lesson("""
     dgrad_cudnn=chapter.figure("conv dgrad", "torch conv2d_input (cuDNN)", "tflops"),
     wgrad=chapter.figure("conv wgrad", "split-K implicit GEMM", "tflops"),
     wgrad_cudnn=chapter.figure("conv wgrad", "torch conv2d_weight (cuDNN)", "tflops"),
-    mixed_acc=_mixed["mixed accuracy"][-1], last=_last,
-    amp_acc=_mixed["torch AMP accuracy"][-1] if _mixed.get("torch AMP accuracy") else float("nan"),
-    planted=_planted["skipped"], planted_scale=_planted["scales"][_planted["skipped"]],
-    planted_all=_planted["skipped in all"],
-    mixed_diff=chapter.figure(f"test accuracy, mean of the last {_last} epochs: mixed - float32 (points)"),
-    scale_low=min(_mixed["loss scale"]), scale_high=max(_mixed["loss scale"]), skipped=_mixed["skipped steps"],
-    mixed_gpu=chapter.figure("training step, mixed precision", "mixed, one CUDA graph"),
-    mixed_ratio=chapter.figure("GPU time per step: mixed / float32"),
-    mixed_backward=chapter.figure("mixed step, by part", "backward"),
-    mixed_forward=chapter.figure("mixed step, by part", "forward (gather not included)"),
-    narrow_mixed=chapter.figure(_narrow, "mixed, one CUDA graph"),
-    narrow_fp32=chapter.figure(_narrow, "float32, one CUDA graph"),
-    narrow_ratio=chapter.figure(_narrow, "mixed, one CUDA graph") / chapter.figure(_narrow, "float32, one CUDA graph"),
+    mixed=_mixed_text(),
 )
 
 # %% [markdown]

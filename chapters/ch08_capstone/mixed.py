@@ -21,6 +21,7 @@ Nothing of the loss scaling leaves the GPU: a captured step replays it as it is.
 import numpy as np
 from numba import cuda
 
+from workbook import capability
 from workbook.launch import LaunchCache
 
 from chapters.ch03_amp_unscale.kernels import DynamicLossScaler, GradientList, unscale_fused, update_scale
@@ -32,6 +33,7 @@ from .layers import record_and_advance, workspace
 from .network import CLASSES, HISTORY, IMAGE, Network
 
 PIXELS = IMAGE * IMAGE
+NEEDS = ("mma.sync.f16", "cp.async", "ldmatrix")  # chapter 09's FP16 convolution and half.wgrad_half: 8.0 and up
 _launches = LaunchCache()
 
 
@@ -73,6 +75,7 @@ class MixedNetwork(Network):
     or "wgmma" (an H100)."""
 
     def __init__(self, params, batch, *, init_scale=2.0**16, growth_interval=100, variant="pipelined", **options):
+        capability.require(*NEEDS, what="the mixed-precision network")
         super().__init__(params, batch, **options)
         if variant not in ("pipelined", "wgmma"):
             raise ValueError(f"variant must be 'pipelined' or 'wgmma', not {variant!r}")

@@ -40,7 +40,7 @@
 import numpy as np
 
 import workbook
-from workbook import bench, cuda
+from workbook import bench, capability, cuda
 from workbook import tensor_cores as tc
 from workbook.check import to_host
 
@@ -49,6 +49,8 @@ from chapters.ch09_tensor_cores import ceiling, naive, pipelined
 from chapters.ch09_tensor_cores import kernels as k
 
 print(f"running on: {workbook.MODE}")
+capability.check(*capability.MMA_SYNC, what="every kernel of this chapter", instead="run the chapter in the simulator "
+                 "(WORKBOOK_DEVICE=sim), where all of it runs")
 chapter = workbook.Chapter("ch09", "Tensor cores: mma.sync, ldmatrix and cp.async")
 rng = np.random.default_rng(0)
 torch = bench.optional_torch()
@@ -282,7 +284,7 @@ chapter.record("mma.sync ceiling (TFLOP/s)", peak)
 from chapters.ch09_tensor_cores import wgmma
 
 workbook.show(wgmma.make_kernels)
-HAS_WGMMA = not workbook.ON_GPU or tuple(cuda.get_current_device().compute_capability) == (9, 0)
+HAS_WGMMA = capability.check("wgmma", what="this section", instead="the mma.sync kernels run without it")
 print("wgmma here:", HAS_WGMMA)
 
 # %% [markdown]
@@ -460,6 +462,34 @@ chapter.bar("conv N=32 C=K=256 56x56 3x3: wgmma FP16 vs chapter 04's FP32 implic
 
 # %%
 _peak = chapter.figure("mma.sync ceiling (TFLOP/s)")
+
+
+def _wgmma_text():
+    """The wgmma bullet, and the end of the convolution's, where this GPU (or the stored one) has wgmma."""
+    if not HAS_WGMMA:
+        return "- **wgmma**: not on this GPU (see above); the figures here are mma.sync's.", ""
+    w16 = chapter.figure("gemm f16 wgmma", "wgmma (A·Bᵀ)", "tflops")
+    figures = dict(
+        w16=w16, w32=chapter.figure("gemm tf32 wgmma", "wgmma (A·Bᵀ)", "tflops"),
+        w16_of=chapter.figure("GEMM 4096^3 FP16: wgmma (B^T given) vs cuBLAS FP16 on the same (fraction of its speed)"),
+        w32_of=chapter.figure("GEMM 4096^3 TF32: wgmma (B^T given) vs cuBLAS TF32 on the same (fraction of its speed)"),
+        w16_vs_peak=w16 / _peak["mma.sync f16"],
+        pipe16_of_peak=chapter.figure("gemm f16", "pipelined", "tflops") / _peak["mma.sync f16"],
+        wconv16=chapter.figure("conv f16", "wgmma FP16", "tflops"),
+        wconv16_of=chapter.figure("conv N=32 C=K=256 56x56 3x3 FP16: wgmma vs cuDNN FP16 channels last (fraction of its speed)"),
+        wconv_vs_fp32=chapter.figure("conv N=32 C=K=256 56x56 3x3: wgmma FP16 vs chapter 04's FP32 implicit GEMM (speed-up)"),
+    )
+    gemm = """- **wgmma** reaches {w16:.0f} TFLOP/s in FP16 ({w16_of:.2f} of cuBLAS on the same A·Bᵀ) and {w32:.0f}
+  in TF32 ({w32_of:.2f}); in FP16 that is {w16_vs_peak:.2f} of mma.sync's ceiling above, where the
+  pipelined kernel reaches {pipe16_of_peak:.2f}. The warps no longer
+  load fragments: the tensor cores read the swizzled tiles themselves, and a warp's instructions
+  between two wgmma are the next copies and one barrier."""
+    conv = """ On wgmma, the same gather feeds {wconv16:.0f} TFLOP/s
+  ({wconv16_of:.2f} of cuDNN, {wconv_vs_fp32:.1f}x chapter 04's FP32)."""
+    return gemm.format(**figures), conv.format(**figures)
+
+
+_wgmma_gemm, _wgmma_conv = _wgmma_text()
 chapter.lesson(
     """
 - **The naive kernel** runs at {naive16:.0f} TFLOP/s in FP16 and {naive32:.0f} in TF32: an mma
@@ -482,18 +512,13 @@ chapter.lesson(
   good part of the run, the warps waiting on the fixed latency of the instruction before, on the
   barrier, and on the copies (`EXPERIMENTS.md` has the counts and the variants tried). Two blocks of
   4 warps share an SM, limited by registers (128 accumulators a thread) and shared memory alike.
-- **wgmma** reaches {w16:.0f} TFLOP/s in FP16 ({w16_of:.2f} of cuBLAS on the same A·Bᵀ) and {w32:.0f}
-  in TF32 ({w32_of:.2f}); in FP16 that is {w16_vs_peak:.2f} of mma.sync's ceiling above, where the
-  pipelined kernel reaches {pipe16_of_peak:.2f}. The warps no longer
-  load fragments: the tensor cores read the swizzled tiles themselves, and a warp's instructions
-  between two wgmma are the next copies and one barrier.
+{wgmma}
 - **The convolution** with mma.sync runs at {conv16:.0f} TFLOP/s in FP16 ({conv16_of:.2f} of
   cuDNN's {cudnn16:.0f}) and {conv32:.0f} in TF32 ({conv32_of:.2f} of cuDNN's {cudnn32:.0f}), and
   {conv_vs_fp32:.1f}x chapter 04's FP32 implicit GEMM on the same layer. Channels last, its gather
   is nothing but 16-byte copies; against the GEMM it pays the integer work of each chunk's address
   and edge tests (`EXPERIMENTS.md` counts the instructions), and it writes its output in FP32,
-  twice the bytes of cuDNN's FP16 output. On wgmma, the same gather feeds {wconv16:.0f} TFLOP/s
-  ({wconv16_of:.2f} of cuDNN, {wconv_vs_fp32:.1f}x chapter 04's FP32).
+  twice the bytes of cuDNN's FP16 output.{wgmma_conv}
 - **Exactness**: FP16 inputs are what they are, so an FP16 GEMM is exact up to the FP32
   accumulation; TF32 rounds float32 inputs to 10 mantissa bits (wgmma truncates them: its own
   reference truncates too). Neither is float32 arithmetic: a
@@ -524,14 +549,7 @@ chapter.lesson(
     conv32_of=chapter.figure("conv tf32", "tensor cores TF32", "tflops") / chapter.figure("conv tf32", "cuDNN TF32 channels last", "tflops"),
     conv_vs_fp32=chapter.figure("conv f16", "chapter 04 FP32 implicit (CUDA cores)", "median_ms")
     / chapter.figure("conv f16", "tensor cores FP16", "median_ms"),
-    w16=chapter.figure("gemm f16 wgmma", "wgmma (A·Bᵀ)", "tflops"),
-    w32=chapter.figure("gemm tf32 wgmma", "wgmma (A·Bᵀ)", "tflops"),
-    w16_of=chapter.figure("GEMM 4096^3 FP16: wgmma (B^T given) vs cuBLAS FP16 on the same (fraction of its speed)"),
-    w32_of=chapter.figure("GEMM 4096^3 TF32: wgmma (B^T given) vs cuBLAS TF32 on the same (fraction of its speed)"),
-    w16_vs_peak=chapter.figure("gemm f16 wgmma", "wgmma (A·Bᵀ)", "tflops") / _peak["mma.sync f16"],
-    wconv16=chapter.figure("conv f16", "wgmma FP16", "tflops"),
-    wconv16_of=chapter.figure("conv N=32 C=K=256 56x56 3x3 FP16: wgmma vs cuDNN FP16 channels last (fraction of its speed)"),
-    wconv_vs_fp32=chapter.figure("conv N=32 C=K=256 56x56 3x3: wgmma FP16 vs chapter 04's FP32 implicit GEMM (speed-up)"),
+    wgmma=_wgmma_gemm, wgmma_conv=_wgmma_conv,
 )
 
 # %%

@@ -24,10 +24,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from workbook import ON_GPU
+from workbook import ON_GPU, capability
 from workbook.inputs import require
+from workbook.launch import LaunchCache
 from workbook.memory import aligned
-from workbook.tensor_cores import tensor_cores, wgmma_compile
+from workbook.tensor_cores import wgmma_compile
 
 from chapters.ch04_implicit_gemm.kernels import conv_geometry
 
@@ -44,14 +45,7 @@ KERNELS = {("tf32", "naive"): naive.gemm_tf32_naive, ("f16", "naive"): naive.gem
 
 @lru_cache(maxsize=None)
 def _gpu_has_tensor_cores():
-    from numba import cuda
-
-    device = cuda.get_current_device()
-    cc = device.compute_capability
-    if not tensor_cores(cc):
-        raise RuntimeError(f"{device.name.decode() if isinstance(device.name, bytes) else device.name} has compute "
-                           f"capability {cc[0]}.{cc[1]}; this chapter's instructions (TF32 and m16n8k16 mma, "
-                           "cp.async) need 8.0 or newer (A100, H100, RTX 30xx and later)")
+    capability.require(*capability.MMA_SYNC, what="this chapter's tensor-core kernels")
     return True
 
 
@@ -72,7 +66,7 @@ def gemm(a, b, c, *, variant="pipelined", stream=0):
     (M, K), N = a.shape, b.shape[1]
     kernel = KERNELS[precision, variant]
     if variant == "naive":
-        kernel[naive.blocks_for(M, N), naive.THREADS, stream](a, b, c)
+        _launches.launch(kernel, naive.blocks_for(M, N), naive.THREADS, (a, b, c), stream=stream)
         return c
     per_chunk = 16 // a.dtype.itemsize
     if K % per_chunk or N % per_chunk:
@@ -83,40 +77,44 @@ def gemm(a, b, c, *, variant="pipelined", stream=0):
     if precision == "tf32":  # B^T, rounded: its fragments come by ldmatrix as A's do (pipelined.py)
         bt = _scratch((N, K))
         T = pipelined.TRANSPOSE
-        pipelined.transpose_to_tf32[((N + T - 1) // T, (K + T - 1) // T), (T, 8), stream](b, bt)
+        _launches.launch(pipelined.transpose_to_tf32, ((N + T - 1) // T, (K + T - 1) // T), (T, 8), (b, bt),
+                         stream=stream)
         b = bt
-    kernel[pipelined.grid_for(M, N), pipelined.THREADS, stream](a, b, c)
+    _launches.launch(kernel, pipelined.grid_for(M, N), pipelined.THREADS, (a, b, c), stream=stream)
     return c
 
 
 @lru_cache(maxsize=None)
 def _gpu_has_wgmma():
-    from numba import cuda
-
-    device = cuda.get_current_device()
-    if tuple(device.compute_capability) != (9, 0):
-        cc = device.compute_capability
-        raise RuntimeError(f"wgmma is an H100's instruction (compute capability 9.0, sm_90a); this GPU has "
-                           f"{cc[0]}.{cc[1]}: take variant='pipelined'")
+    capability.require("wgmma", what="the wgmma kernels (take variant='pipelined')")
     return True
 
 
+# Every launch goes through a cache of prepared launches: the same buffers again cost the driver's
+# launch, not numba's typing and packing of every argument (chapter 07).
+_launches = LaunchCache()
 _compiled_for = set()
 
 
-def _launch_wgmma(kernel, grid, stream, *args):
-    """On a GPU, the first launch of each signature compiles it for sm_90a and raises its shared
-    memory limit; in the simulator a launch is a launch."""
+def _wgmma_plan(*args_kernel_grid):
+    """The launch of a wgmma kernel on new buffers (LaunchCache.launch_planned): on a GPU, each
+    signature's first launch compiles it for sm_90a and raises its shared memory limit."""
+    *args, kernel, grid = args_kernel_grid
     if ON_GPU:
         _gpu_has_wgmma()
-        # typed only on a signature's first launch: numba's typeof on every call is host time
-        key = (kernel, tuple((a.dtype, a.ndim) if hasattr(a, "ndim") else type(a) for a in args))
-        if key not in _compiled_for:
-            from numba import typeof
+        from numba import typeof
 
-            wgmma_compile(kernel, tuple(typeof(a) for a in args), wgmma.shared_bytes())
-            _compiled_for.add(key)
-    kernel[grid, wgmma.THREADS, stream, wgmma.shared_bytes()](*args)
+        types = tuple(typeof(a) for a in args)
+        if (kernel, types) not in _compiled_for:
+            wgmma_compile(kernel, types, wgmma.shared_bytes())
+            _compiled_for.add((kernel, types))
+    return kernel, grid, wgmma.THREADS
+
+
+def _launch_wgmma(kernel, grid, stream, *args):
+    """kernel[grid, wgmma.THREADS, stream, wgmma.shared_bytes()](*args), compiled for sm_90a on a
+    GPU, prepared once per set of buffers."""
+    _launches.launch_planned(_wgmma_plan, args, (kernel, grid), stream=stream, shared=wgmma.shared_bytes())
 
 
 def gemm_bt(a, bt, c, *, stream=0):
@@ -171,7 +169,7 @@ def conv2d(x, w, out, *, stride=1, padding=0, dilation=1, variant="pipelined", o
         _launch_wgmma(kernel, wgmma.grid_for(M, K), stream, *args)
     else:
         kernel = (conv.NCHW_KERNELS if nchw else conv.KERNELS)[precision]
-        kernel[conv.grid_for(M, K), pipelined.THREADS, stream](*args)
+        _launches.launch(kernel, conv.grid_for(M, K), pipelined.THREADS, args, stream=stream)
     return out
 
 

@@ -46,7 +46,7 @@ import time
 import numpy as np
 
 import workbook
-from workbook import bench, cuda
+from workbook import bench, capability, cuda
 
 from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, onelaunch, scan, spconv_baseline, tensor
 from chapters.ch11_sparse_conv import reference as ref
@@ -308,12 +308,13 @@ def check_fp16(out, want, name):
     workbook.assert_close(out, want, rtol=r, atol=a, name=name)
 
 
-chapter.compare(
-    "submanifold 3x3x3 convolution, FP16 on tensor cores",
-    {"tensor cores: implicit GEMM, mma.sync": lambda: on_tensor_cores(x16, wt16, out_tc)},
-    baselines=baselines_fp16, flops=2.0 * pair_count * CHANNELS * OUT_CHANNELS, check=check_fp16,
-    reference=lambda: ref.submanifold_direct(coords, x.astype(np.float16), w.astype(np.float16)).astype(np.float32),
-    size=f"N={N} C={CHANNELS} K={OUT_CHANNELS} pairs={pair_count}")
+if capability.check(*tensor.NEEDS, what="the tensor-core convolution", instead="its comparison is left out"):
+    chapter.compare(
+        "submanifold 3x3x3 convolution, FP16 on tensor cores",
+        {"tensor cores: implicit GEMM, mma.sync": lambda: on_tensor_cores(x16, wt16, out_tc)},
+        baselines=baselines_fp16, flops=2.0 * pair_count * CHANNELS * OUT_CHANNELS, check=check_fp16,
+        reference=lambda: ref.submanifold_direct(coords, x.astype(np.float16), w.astype(np.float16)).astype(np.float32),
+        size=f"N={N} C={CHANNELS} K={OUT_CHANNELS} pairs={pair_count}")
 
 # %% [markdown]
 # ## A strided convolution: new output sites
@@ -450,6 +451,8 @@ def _grouping_text():
 
 def _tensor_text():
     case = "submanifold 3x3x3 convolution, FP16 on tensor cores"
+    if not capability.supports(*tensor.NEEDS):
+        return "- **On tensor cores**: not on this GPU (see above)."
     try:
         ours = chapter.figure(case, "tensor cores: implicit GEMM, mma.sync")
     except LookupError:

@@ -21,15 +21,16 @@ the OR of its BM rows' masks, rows grouped as implicit.py's are (grouping.py).""
 import numpy as np
 from numba import cuda, float32, int32
 
-from workbook import ON_GPU
+from workbook import ON_GPU, capability
 from workbook.inputs import require
 from workbook.memory import aligned
-from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_f16, tensor_cores
+from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_f16
 
 from . import grouping
 from .grouping import next_tap
 from .reference import TAPS
 
+NEEDS = ("mma.sync.f16", "cp.async", "ldmatrix")  # 8.0 and up: workbook/capability.py
 WARPS = 4
 BM = 16 * WARPS
 THREADS = 32 * WARPS
@@ -199,9 +200,7 @@ class TensorImplicitGemm:
         if K > 8 * MAX_TILES:
             raise ValueError(f"K = {K} output channels: this kernel holds at most {8 * MAX_TILES}")
         if ON_GPU:
-            cc = cuda.get_current_device().compute_capability
-            if not tensor_cores(cc):
-                raise RuntimeError(f"compute capability {cc[0]}.{cc[1]}: mma.sync m16n8k16 needs 8.0 or newer")
+            capability.require(*NEEDS, what="the tensor-core implicit GEMM")
         m = self
         if x16.shape[0] != m.inputs:
             raise ValueError(f"x16 has {x16.shape[0]} rows, the maps have {m.inputs} input sites")
