@@ -62,8 +62,11 @@ def per16(dtype):
 
 
 def vector_atomics(compute_capability):
-    """Does a GPU of this compute capability have atomic_add4's instruction (sm_90 and up)?"""
-    return tuple(compute_capability) >= (9, 0)
+    """Does a GPU of this compute capability have atomic_add4's instruction (sm_90 and up: see
+    workbook/capability.py, where every instruction's first GPU is written once)?"""
+    from .capability import supports
+
+    return supports("red.v4.f32", cc=tuple(compute_capability))
 
 
 def aligned(array, bytes_=None):
