@@ -30,7 +30,7 @@
 #
 # Without a GPU, this notebook runs in numba's CUDA simulator: every kernel runs and is checked, on
 # small arrays; the times printed there mean nothing, so each comparison is followed by the stored
-# figures from an NVIDIA H100.
+# figures of the reference GPU.
 
 # %%
 # Reload an edited kernels.py before each cell runs:
@@ -328,7 +328,7 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "copy_sweep")
 else:
     print("simulator: the sweep ran and was checked at", sweep_sizes, "- the plot needs a GPU's times.")
-    chapter.show_stored_figure("copy_sweep")  # the same plot, measured on the H100
+    chapter.show_stored_figure("copy_sweep")  # the same plot, measured on the reference GPU
 
 # %% [markdown]
 # ## Bytes in flight: why the same kernel is fast on one GPU and short on the next

@@ -30,7 +30,7 @@
 #   BatchNorm backward.
 #
 # Without a GPU this notebook runs in numba's CUDA simulator on small arrays; each comparison is then
-# followed by the stored figures from an NVIDIA H100.
+# followed by the stored figures of the reference GPU.
 
 # %%
 # Reload an edited kernels.py before each cell runs:
@@ -468,7 +468,7 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "relu_sweep")
 else:
     print("simulator: the sweep ran and was checked at", sweep_sizes, "- the plot needs a GPU's times.")
-    chapter.show_stored_figure("relu_sweep")  # the same plot, measured on the H100
+    chapter.show_stored_figure("relu_sweep")  # the same plot, measured on the reference GPU
 
 # %% [markdown]
 # ## What the numbers mean

@@ -32,7 +32,7 @@
 #   a grid-stride kernel wants.
 #
 # Without a GPU this notebook runs in numba's CUDA simulator on small arrays: every kernel runs and
-# is checked; times there mean nothing, so each comparison is followed by the stored H100 figures.
+# is checked; times there mean nothing, so each comparison is followed by the stored figures of the reference GPU.
 
 # %%
 # Reload an edited kernels.py before each cell runs:
@@ -280,9 +280,9 @@ chapter.bar("backward from the bitmask: fraction of the copy ceiling, 2^28 fp32"
 # hold up the end of the kernel. At the far end, `"data"` (the default, `BLOCKS_PER_SM` in
 # kernels.py) gives every thread exactly one quad, the way torch's elementwise kernels are launched.
 #
-# On the H100 (see the stored tables) each step to a larger grid was faster, and one quad per
-# thread was fastest of all, for the forward and the backward: on this GPU the block scheduler
-# balances the work better than a fixed share per thread does. That is why it is the default.
+# In the stored tables each step to a larger grid is faster, and one quad per thread fastest of
+# all, for the forward and the backward: the block scheduler balances the work better than a fixed
+# share per thread does. That is why it is the default; the table below says whether your GPU agrees.
 
 # %%
 grid_choices = [8, 32, 128, "data"]
@@ -372,12 +372,12 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "forward_sweep")
 else:
     print("simulator: the sweep ran at", sweep_sizes, "- the plot needs a GPU's times.")
-    chapter.show_stored_figure("forward_sweep")  # the same plot, measured on the H100
+    chapter.show_stored_figure("forward_sweep")  # the same plot, measured on the reference GPU
 
 # %% [markdown]
 # ## What the numbers mean
 #
-# Figures from this run on a GPU, from the stored H100 run in the simulator. The record of variants
+# Figures from this run on a GPU, from the stored run of the reference GPU in the simulator. The record of variants
 # measured and dropped is in `EXPERIMENTS.md` beside this notebook.
 
 # %%

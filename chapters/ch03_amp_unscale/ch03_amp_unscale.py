@@ -31,7 +31,7 @@
 # if so, the optimizer skips the step and the scale is lowered.
 #
 # Without a GPU this notebook runs in numba's CUDA simulator: every kernel runs and is checked on
-# small lists; times mean nothing there, so each comparison is followed by the stored H100 figures.
+# small lists; times mean nothing there, so each comparison is followed by the stored figures of the reference GPU.
 
 # %%
 # Reload an edited kernels.py before each cell runs:
@@ -307,7 +307,7 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "tensors_sweep")
 else:
     print("simulator: the sweep ran and was checked at", counts, "tensors - the plot needs a GPU's times.")
-    chapter.show_stored_figure("tensors_sweep")  # the same plot, measured on the H100
+    chapter.show_stored_figure("tensors_sweep")  # the same plot, measured on the reference GPU
 
 # %% [markdown]
 # ## A dynamic loss scaler and a mixed-precision training loop

@@ -29,7 +29,7 @@
 #
 # Without a GPU this notebook runs in numba's CUDA simulator on tiny shapes and small tiles (the
 # same kernel source, with the tile sizes as parameters); each comparison is followed by the stored
-# figures from an NVIDIA H100.
+# figures of the reference GPU.
 
 # %%
 # Reload the chapter's edited modules before each cell runs:
@@ -544,13 +544,13 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "conv_layers")
 else:
     print("simulator: the sweep ran and was checked at", sweep_sizes, "- the plots need a GPU's times.")
-    chapter.show_stored_figure("gemm_sweep")  # the same plot, measured on the H100
-    chapter.show_stored_figure("conv_layers")  # the same plot, measured on the H100
+    chapter.show_stored_figure("gemm_sweep")  # the same plot, measured on the reference GPU
+    chapter.show_stored_figure("conv_layers")  # the same plot, measured on the reference GPU
 
 # %% [markdown]
 # ## What the numbers mean
 #
-# What the code as it stands teaches, with the figures of the run (the stored H100 run in the
+# What the code as it stands teaches, with the figures of the run (the stored run of the reference GPU in the
 # simulator). The variants measured on the way and dropped, each with its run and why it lost, are
 # in [EXPERIMENTS.md](EXPERIMENTS.md).
 

@@ -38,7 +38,7 @@
 # synchronous, events carry no time (the timeline there uses the host clock and shows everything in
 # series), pinned memory is ordinary memory, and `@vectorize(target="cuda")` cannot be built: the
 # directive variant falls back to the same pixel rule compiled for the CPU, and says so. The
-# figures to read are the stored H100 results shown after each comparison.
+# figures to read are the stored results of the reference GPU shown after each comparison.
 
 # %%
 # Reload an edited kernels.py before each cell runs:
@@ -337,7 +337,7 @@ if workbook.ON_GPU:
          "p75_ms": None, "repeats": 7, "bytes": 128 << 20, "flops": None, "gbps": (128 << 20) / ms / 1e6,
          "tflops": None, "fraction_of_ceiling": None} for count, ms in split_ms.items()]})
 else:
-    chapter.show_stored("bus cost per copy")  # the H100's, from results/
+    chapter.show_stored("bus cost per copy")  # the reference GPU's, from results/
 
 # %% [markdown]
 # ## A sweep: how many blocks?
@@ -402,7 +402,7 @@ if workbook.ON_GPU:
                 against_best("pipelined, one graph", graph_ms), at_most=1.20)
 else:
     print("simulator: the sweep ran and was checked at", sweep_blocks, "blocks; the plot needs a GPU's times.")
-    chapter.show_stored_figure("blocks_sweep")  # the same plot, measured on the H100
+    chapter.show_stored_figure("blocks_sweep")  # the same plot, measured on the reference GPU
 
 # %% [markdown]
 # ## Merge + blur end to end: serial vs pipelined
@@ -475,7 +475,7 @@ for name, spans in timelines.items():
 # %% [markdown]
 # ## What the numbers mean
 #
-# (The figures are in the tables above, from this run on a GPU, or from the stored H100 results in
+# (The figures are in the tables above, from this run on a GPU, or from the stored results of the reference GPU in
 # the simulator, and in `results/nvidia-h100-80gb-hbm3/ch05.json`.)
 #
 # - **The bus is the bottleneck, by far.** A merge of two 64 MiB images takes the GPU well under a

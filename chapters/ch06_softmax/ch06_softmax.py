@@ -28,7 +28,7 @@
 #
 # Without a GPU, this notebook runs in numba's CUDA simulator: every kernel runs and is checked on
 # small matrices (the simulator runs every CUDA thread in Python); the times printed there
-# mean nothing, so each comparison is followed by the stored figures from an NVIDIA H100.
+# mean nothing, so each comparison is followed by the stored figures of the reference GPU.
 
 # %%
 # Reload the chapter's edited modules before each cell runs:
@@ -434,13 +434,13 @@ if workbook.ON_GPU:
     chapter.savefig(figure, "cross_entropy_sweep")
 else:
     print("simulator: the sweep ran and was checked at", sweep_columns, "columns; the plots need a GPU's times.")
-    chapter.show_stored_figure("softmax_sweep")  # the same plot, measured on the H100
-    chapter.show_stored_figure("cross_entropy_sweep")  # the same plot, measured on the H100
+    chapter.show_stored_figure("softmax_sweep")  # the same plot, measured on the reference GPU
+    chapter.show_stored_figure("cross_entropy_sweep")  # the same plot, measured on the reference GPU
 
 # %% [markdown]
 # ## What the numbers mean
 #
-# Figures from this run on a GPU, from the stored H100 run in the simulator. The variants tried on
+# Figures from this run on a GPU, from the stored run of the reference GPU in the simulator. The variants tried on
 # the way: [EXPERIMENTS.md](EXPERIMENTS.md).
 
 # %%

@@ -28,7 +28,7 @@
 #   every call.
 #
 # Without a GPU this notebook runs in the simulator: every path runs and is checked (a prepared
-# launch and a graph fall back to plain launches there, and say so), and the stored H100 figures
+# launch and a graph fall back to plain launches there, and say so), and the stored figures of the reference GPU
 # follow each comparison.
 
 # %%
@@ -466,7 +466,7 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# What the code as it stands teaches, with the figures of the run (the stored H100 run in the
+# What the code as it stands teaches, with the figures of the run (the stored run of the reference GPU in the
 # simulator; host figures move by 10-50% between runs, torch's as much as numba's). How the
 # wrappers got here, with the figures of each step, is in [EXPERIMENTS.md](EXPERIMENTS.md).
 

@@ -36,7 +36,8 @@
 # - what a step costs end to end, GPU and host, against the same network in torch.
 #
 # Without a GPU, this notebook checks one step of a tiny network in the simulator and trains it
-# for one step; the full training (and the race against torch) is shown from the stored H100 run.
+# for one step; the full training (and the race against torch) is shown from the stored run of the
+# reference GPU.
 # The data is scikit-learn's digits (`pip install -e ".[capstone]"`): 1,797 images of 8x8 pixels.
 
 # %%
@@ -441,7 +442,7 @@ if HAS_MMA:
 # float16 and `GradScaler` with the same scale rule). On an H100 the convolutions run on wgmma.
 # After training, a loss scale of 2^40 is planted in the trained network and 30 more steps run:
 # the figure's right panel marks every skipped step.
-# Without a GPU the training and its timings are the stored H100 run's (a mixed step takes seconds
+# Without a GPU the training and its timings are the stored run's of the reference GPU (a mixed step takes seconds
 # in the simulator; `tests/test_ch08_mixed.py` runs one there).
 
 # %%
@@ -572,7 +573,7 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# Figures from this run on a GPU, from the stored H100 run in the simulator. Host figures move by
+# Figures from this run on a GPU, from the stored run of the reference GPU in the simulator. Host figures move by
 # 10-50% between runs.
 
 # %%

@@ -30,8 +30,8 @@
 # numba has no tensor-core API; `workbook/tensor_cores.py` emits each PTX instruction through
 # inline assembly, as `workbook/memory.py` does for 16-byte loads. Without a GPU every kernel runs
 # in the simulator, where each instruction is a warp collective with the hardware's layouts
-# (checked against an H100 by `tests/test_tensor_cores.py`), and the stored H100 figures follow
-# each comparison.
+# (checked against a Hopper GPU by `tests/test_tensor_cores.py`), and the stored figures of the
+# reference GPU follow each comparison.
 
 # %%
 # Reload an edited kernel module before each cell runs:
