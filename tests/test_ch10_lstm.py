@@ -196,6 +196,33 @@ def test_the_reference_stacks_layers():
     np.testing.assert_allclose(y0[0], o * np.tanh(i * g), rtol=1e-12)
 
 
+@pytest.mark.parametrize("fp16", [False, True])
+def test_the_reference_is_the_step_by_step_formula(fp16):
+    """lstm_reference hoists each layer's input term out of its loop (one product for every step):
+    the same LSTM as the module docstring's formula taken one step at a time, from a non-zero state."""
+    weights = ref.init_lstm(5, 7, 2, seed=9)
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((6, 3, 5)).astype(np.float32)
+    h0, c0 = rng.standard_normal((2, 2, 3, 7)) * 0.5
+    r = ref.half if fp16 else np.asarray
+    sequence, hs, cs = x.astype(np.float64), [], []
+    for layer, w in enumerate(weights):
+        to_x = r if layer else np.asarray
+        h, c, out = h0[layer], c0[layer], []
+        for t in range(len(sequence)):
+            z = (to_x(sequence[t]) @ to_x(w["w_ih"].astype(np.float64)).T + r(h) @ r(w["w_hh"].astype(np.float64)).T
+                 + w["b_ih"] + w["b_hh"].astype(np.float64))
+            i, f, g, o = ref.sigmoid(z[:, :7]), ref.sigmoid(z[:, 7:14]), np.tanh(z[:, 14:21]), ref.sigmoid(z[:, 21:])
+            c = f * c + i * g
+            h = o * np.tanh(c)
+            out.append(h)
+        sequence = np.stack(out)
+        hs.append(h)
+        cs.append(c)
+    for got, want in zip(ref.lstm_reference(x, weights, h0, c0, fp16=fp16), (sequence, np.stack(hs), np.stack(cs))):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
 def test_bad_input_is_refused_with_a_message():
     weights = ref.init_lstm(4, 6, 2, seed=1)
     net = FusedLSTM(weights)

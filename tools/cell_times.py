@@ -4,6 +4,8 @@ time and the time spent compiling kernels in it (numba-cuda's CUDADispatcher.com
     python tools/cell_times.py ch04 [ch06 ...] [--json out.json]
 
 Run it as the main job runs a chapter (WORKBOOK_DEVICE=gpu on a GPU); a maintainer's tool, not a lesson.
+`python -m workbook run` now stores each cell's wall and compile time in the chapter's results
+(`cells`, see workbook/runner.py) at no cost; this tool adds the sampled profile (--sample).
 """
 
 import argparse
@@ -16,37 +18,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-class CompileClock:
-    """Seconds and count of outermost kernel compiles while installed."""
-
-    def __init__(self):
-        self.seconds, self.count, self._depth = 0.0, 0, 0
-
-    def install(self):
-        from numba.cuda import dispatcher
-
-        original = getattr(dispatcher.CUDADispatcher, "compile", None)
-        if original is None:  # the simulator: nothing is compiled in the chapter's process
-            return
-        clock = self
-
-        def compile(self, sig):
-            if sig in getattr(self, "overloads", {}) or (
-                    getattr(self, "specialized", False) and self.overloads):
-                return original(self, sig)
-            clock._depth += 1
-            started = time.perf_counter()
-            try:
-                return original(self, sig)
-            finally:
-                clock._depth -= 1
-                if clock._depth == 0:
-                    clock.seconds += time.perf_counter() - started
-                    clock.count += 1
-
-        dispatcher.CUDADispatcher.compile = compile
 
 
 class Sampler:
@@ -83,28 +54,18 @@ class Sampler:
         return [(key, round(count * self.interval, 1)) for key, count in self.inclusive.most_common(n)]
 
 
-def code_cells(script):
-    cells, current = [], None
-    for line in script.read_text().splitlines():
-        if line.startswith("# %%"):
-            current = None if "[markdown]" in line else []
-            if current is not None:
-                cells.append(current)
-        elif current is not None:
-            current.append(line)
-    return ["\n".join(c) for c in cells]
-
-
 def run_chapter(chapter_id, clock):
+    from workbook.runner import code_cells
+
     script = next(ROOT.glob(f"chapters/{chapter_id}_*/{chapter_id}_*.py"))
     os.chdir(script.parent)
     namespace = {"__name__": "__main__", "__file__": str(script)}
     rows, started = [], time.perf_counter()
-    for number, source in enumerate(code_cells(script)):
+    for number, (_, source) in enumerate(code_cells(script)):  # line numbers kept: tracebacks name the script's
         first = next((l for l in source.splitlines() if l.strip() and not l.startswith("#")), "")
         compile_before, count_before = clock.seconds, clock.count
         cell_started = time.perf_counter()
-        exec(compile(source, f"{script.name}[cell {number}]", "exec"), namespace)
+        exec(compile(source, str(script), "exec"), namespace)
         rows.append({"cell": number, "seconds": round(time.perf_counter() - cell_started, 2),
                      "compile_s": round(clock.seconds - compile_before, 2),
                      "compiles": clock.count - count_before, "first_line": first[:70]})
@@ -125,10 +86,10 @@ def main():
     args = parser.parse_args()
     os.environ.setdefault("MPLBACKEND", "Agg")
     process_started = time.perf_counter()
-    clock = CompileClock()
     import workbook  # noqa: F401  (the package picks the mode before numba.cuda is used)
+    from workbook.runner import CompileClock
 
-    clock.install()
+    clock = CompileClock().install()
     sampler = Sampler() if args.sample else None
     if sampler:
         sampler.start()

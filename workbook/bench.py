@@ -4,8 +4,9 @@
                      reference=expected, baselines={"torch.relu": run_torch}, bytes=8 * n)
 
 Each callable launches its kernel(s) and returns the output(s). compare() calls each once (the
-warm-up: compilation is never timed; on a GPU, when the first variant had to be compiled, the
-others are compiled side by side, see compile_pool.py) and checks that output against the reference, then times all
+warm-up: compilation is never timed; on a GPU the kernels' warm-ups are made all at once, their
+kernels compiled side by side, see compile_pool.py, and a chapter may have made them earlier,
+beside other work: `warm_up(keep=True)`) and checks that output against the reference, then times all
 of them interleaved (naive, optimized, baseline, naive, ...) with CUDA events, so that clock or
 thermal drift hits every variant alike; before each timed call the GPU is held until the host has
 queued the whole call (see `held`), so the times are the GPU's, whatever the call costs in Python.
@@ -14,6 +15,19 @@ What the call costs the CPU is measured apart: `host_us` (calls queued back to b
 spread (25th-75th percentile) of the GPU time, GB/s from the bytes the caller counted, the fraction of the device-to-device copy ceiling measured
 in this same process, TFLOP/s from the FLOPs the caller counted, and speed-ups with their spread
 (the ratio is taken repeat by repeat, over interleaved pairs).
+
+A slow variant (a forward of seconds beside kernels of milliseconds) is measured the same way in
+fewer calls. Its checked call says how long a call takes before anything is timed, and whether the
+call waits for the GPU itself (it is made held for 0.1 s, see `synchronises`: no call of its own).
+Its repeats are as many as fit `REPEATS_SECONDS`, never fewer than `MIN_REPEATS` (a spread needs
+three) nor more than asked: it takes part in the first rounds, the others go on being interleaved
+among themselves, and a speed-up is taken over the rounds both made. A call of `SLOW_CALL_MS` or
+more is not called again for its host cost and latency (a microsecond's spread does not show in a
+call of a second): they come from its timed repeats, exactly. Held, the host's time inside the hold
+is one sample of `host_cost_us`, and its latency is timed once. Unheld (it synchronises), each of its
+repeats runs from an idle GPU to a synchronize, outside its events, and that wall clock is one sample
+of `latency_us`, and of `host_cost_us`, which for such a call is its loop's wall time per call. Each
+row stores its own number of repeats.
 
 In the simulator nothing about time is meaningful: variants are run once and checked (the outputs
 they write are found by a call whose launches are skipped, and poisoned first), and the report
@@ -28,7 +42,7 @@ from numba import cuda
 
 from . import ON_GPU, tables
 from .check import assert_close, poison
-from .compile_pool import compiles, warm_up
+from .compile_pool import warm_up as _side_by_side
 
 DEFAULT_REPEATS = 50
 
@@ -102,14 +116,16 @@ class Comparison:
         return next((t.tflops for t in self.timings if t.name == name), None)
 
     def ratio(self, slower, faster):
-        """Speed-up of `faster` over `slower`: (median, 25th, 75th percentile) of per-repeat ratios.
+        """Speed-up of `faster` over `slower`: (median, 25th, 75th percentile) of per-repeat ratios,
+        over the rounds both took part in (a slow variant makes fewer repeats: the first rounds).
 
         NaNs where a variant was not run (a baseline without torch) or in the simulator."""
         names = {t.name for t in self.timings}
         if not self.meaningful or slower not in names or faster not in names:
             return (float("nan"),) * 3
         a, b = self[slower].times_ms, self[faster].times_ms
-        ratios = a / b
+        rounds = min(len(a), len(b))
+        ratios = a[:rounds] / b[:rounds]
         return float(np.median(ratios)), *(float(v) for v in np.percentile(ratios, [25, 75]))
 
     def fraction(self, name):
@@ -279,39 +295,82 @@ class held:
         return int(_flag[1]) > self.gave_up_before
 
 
+SYNC_TEST_SECONDS = 0.1  # the hold that tells whether a call synchronises
+
+
 def synchronises(function):
     """Does a call wait for the GPU itself (a copy to the host, a synchronize)? Then the host blocks
     inside the held block, and the hold gives up."""
-    with held(seconds=0.1) as hold:
-        function()
+    return checked_call(function)[2]
+
+
+def checked_call(function):
+    """One call that `synchronises` holds: (about how many milliseconds the call takes, its output,
+    whether it synchronises). compare() makes its checked call this way, so that one call both checks
+    a variant and tells how to time it. The milliseconds are the wall clock of the call and a
+    synchronize, less the hold's timeout where the call sat in it (then a lower bound): the size of
+    the call, for a budget of repeats, not a measurement."""
     cuda.synchronize()
-    return hold.gave_up
+    with held(seconds=SYNC_TEST_SECONDS) as hold:
+        start = time.perf_counter()
+        output = function()
+    cuda.synchronize()
+    ms = (time.perf_counter() - start) * 1e3
+    gave_up = hold.gave_up
+    return (max(ms - 1e3 * SYNC_TEST_SECONDS, 0.0) if gave_up else ms), output, gave_up
 
 
-def time_interleaved(functions, repeats=DEFAULT_REPEATS, flush=False, unheld=()):
+def time_interleaved(functions, repeats=DEFAULT_REPEATS, flush=False, unheld=(), *, counts=None, host=None):
     """{name: fn} -> {name: per-repeat milliseconds}, fn timed between two CUDA events each repeat.
 
     The events are recorded on the default stream, where numba launches by default and where torch
     launches unless told otherwise. Each timed call is held (see `held`): the milliseconds are the
     GPU's time for the call, whatever its host cost. Functions named in `unheld` (they synchronise
     themselves, see `synchronises`) are timed without a hold: their time includes host waits.
+
+    counts: {name: repeats} for names that make fewer than `repeats` (slow calls, see compare()):
+    they take part in the first rounds only. host: {name: []} for names whose host time is also
+    wanted, each list filled with one figure a repeat, in milliseconds: held, the host's time
+    inside the hold (a sample of host_cost_us); unheld, the wall clock of the call from an idle GPU
+    to a synchronize after it, both outside its events (a sample of latency_us). A held name's list
+    is removed if a hold gave up (the host then waited for the GPU inside it).
     """
-    events = {name: [(cuda.event(), cuda.event()) for _ in range(repeats)] for name in functions}
-    for repeat in range(repeats):
+    counts = {name: min(repeats, (counts or {}).get(name, repeats)) for name in functions}
+    host = {} if host is None else host
+    if host:
+        _naps(HOLD_SECONDS)  # the flag exists: count the holds that give up from here
+    gave_up_before = int(_flag[1]) if host else None
+    events = {name: [(cuda.event(), cuda.event()) for _ in range(counts[name])] for name in functions}
+    for repeat in range(max(counts.values(), default=0)):
         for name, function in functions.items():
+            if repeat >= counts[name]:
+                continue
             if flush:
                 flush_l2()
             start, end = events[name][repeat]
             if name in unheld:
+                if name in host:
+                    cuda.synchronize()
+                    started = time.perf_counter()
                 start.record()
                 function()
                 end.record()
+                if name in host:
+                    cuda.synchronize()
+                    host[name].append((time.perf_counter() - started) * 1e3)
                 continue
             with held():
                 start.record()
+                started = time.perf_counter()
                 function()
+                queued = time.perf_counter()
                 end.record()
+            if name in host:
+                host[name].append((queued - started) * 1e3)
     cuda.synchronize()
+    if host and int(_flag[1]) > gave_up_before:
+        for name in [name for name in host if name not in unheld]:
+            del host[name]
     return {name: np.array([cuda.event_elapsed_time(s, e) for s, e in pairs])
             for name, pairs in events.items()}
 
@@ -417,12 +476,57 @@ def torch_view(device_array):
 
 
 HOST_TIMING_MS = 100  # GPU time that host_cost_us and latency_us may take per variant, about
+MIN_REPEATS = 3  # a slow variant's fewest repeats: a median and a spread
+REPEATS_SECONDS = 3.0  # about how long one variant's repeats may take; a slower call makes fewer
+SLOW_CALL_MS = 100.0  # a call this long: host cost and latency from its repeats (module docstring)
 
 
 def _calls_within(budget_ms, call_ms):
-    """Calls of call_ms each that fit budget_ms, at least 2: a call of 300 ms is timed twice on the
-    host, not 15 times, where a microsecond's spread would not show in it anyway."""
+    """Calls of call_ms each that fit budget_ms, at least 2: a call of 60 ms is timed twice on the
+    host, not 10 times, where a microsecond's spread would not show in it anyway."""
     return max(2, int(budget_ms / max(call_ms, 1e-3)))
+
+
+def repeats_within(call_ms, repeats):
+    """A variant's repeats: `repeats`, or as many calls of call_ms as fit REPEATS_SECONDS where
+    fewer, but at least MIN_REPEATS (and never more than asked)."""
+    return min(repeats, max(MIN_REPEATS, int(REPEATS_SECONDS * 1e3 / max(call_ms, 1e-3))))
+
+
+_kept = {}  # id(function) -> (function, the outputs of its call): warm_up(keep=True)'s, until compare() takes them
+
+
+def warm_up(functions, keep=()):
+    """On a GPU: call each of `functions` (a list, or {name: fn}) once, all at the same time, every
+    kernel they launch compiled side by side in worker processes (compile_pool.warm_up; nothing in
+    the simulator). keep: the functions among them (True: all) whose call's outputs are kept until
+    compare() is given the same function object; compare then poisons and checks those instead of
+    calling the function once more for them: a call of seconds made once before its check, beside
+    other work."""
+    functions = list(functions.values() if isinstance(functions, dict) else functions)
+    keep = {id(function) for function in (functions if keep is True else keep)}
+
+    def keeping(function):
+        def call():
+            _kept[id(function)] = (function, function())
+        return call
+
+    _side_by_side([keeping(function) if id(function) in keep else function for function in functions])
+
+
+def _warmed_up(variants):
+    """{name: outputs} of the variants called once already: by warm_up(keep=True) before, or here,
+    the others side by side (where there are two or more; the rest are called alone, by compare)."""
+    def take():
+        kept = {}
+        for name, function in variants.items():
+            if _kept.get(id(function), (None,))[0] is function:
+                kept[name] = _kept.pop(id(function))[1]
+        return kept
+
+    kept = take()
+    warm_up([function for name, function in variants.items() if name not in kept], keep=True)
+    return {**kept, **take()}
 
 
 def _check(name, output, reference, check):
@@ -447,8 +551,10 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
 
     Before the checked call, the outputs of the warm-up call are poisoned (see poison()) and the
     function is called again, so a variant that skips elements fails even when it shares its output
-    buffer with a variant that wrote them. Pass poison_outputs=False for functions that work in place
-    on their input (poisoning would destroy it) and reset their input themselves.
+    buffer with a variant that wrote them. On a GPU the kernels' warm-up calls are made side by side
+    (see warm_up): a variant must give the same result whatever runs beside it. Pass
+    poison_outputs=False for functions that work in place on their input (poisoning would destroy
+    it) and reset their input themselves: each is then called alone, its first call checked.
 
     variants, baselines: {name: fn}; fn() launches and returns its output (or a tuple of outputs).
     reference: the expected output(s), or a callable returning them (called once).
@@ -458,38 +564,54 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
     baselines = dict(baselines or {}) if ON_GPU and optional_torch() is not None else {}
     if callable(reference):
         reference = reference()
-    compiled = compiles()
-    timings = []
+    # the kernels' warm-up calls: on a GPU, all at once, their kernels compiled side by side, each
+    # one's outputs kept for its check (a call an earlier warm_up(keep=True) made counts)
+    kept = _warmed_up(variants) if ON_GPU and poison_outputs else {}
+    timings, sync_known = [], set()
     for kind, functions in (("kernel", variants), ("baseline", baselines)):
-        for index, (name, function) in enumerate(functions.items()):
-            if kind == "kernel" and index == 1 and poison_outputs and compiles() > compiled:
-                # the first variant compiled: on a GPU, compile the others side by side (their
-                # outputs are poisoned and recomputed below)
-                warm_up(list(variants.values())[1:])
-            if reference is not None and poison_outputs:
+        for name, function in functions.items():
+            warmed_up = kind == "kernel" and name in kept
+            checking = reference is not None and poison_outputs
+            if checking:
                 # the outputs this call writes: from the warm-up (which compiles), or in the
                 # simulator (nothing to compile here) from a call whose launches are skipped
-                output = time_once_on_host(function)[1] if ON_GPU else _outputs_in_simulator(function)
+                if warmed_up:
+                    output = kept[name]
+                else:
+                    output = time_once_on_host(function)[1] if ON_GPU else _outputs_in_simulator(function)
                 for out in output if isinstance(output, tuple) else (output,):
                     poison(out)
-            host_ms, output = time_once_on_host(function)  # warm-up if not checked, else the checked call
+            if ON_GPU and (checking or warmed_up):  # compiled: the call also says whether it synchronises
+                host_ms, output, synchronous = checked_call(function)
+                sync_known.add(name)
+            else:  # the warm-up if not checked, else the checked call
+                (host_ms, output), synchronous = time_once_on_host(function), False
             correct = _check(name, output, reference, check) if (kind == "kernel" or check_baselines) else None
-            timings.append(Timing(name, kind, np.array([host_ms]), correct, bytes, flops))
+            timings.append(Timing(name, kind, np.array([host_ms]), correct, bytes, flops, synchronises=synchronous))
     meaningful = ON_GPU
     ceiling = None
     if ON_GPU:
         ceiling = copy_ceiling() if bytes else None
         functions = {**variants, **baselines}
         for timing in timings:
-            timing.synchronises = synchronises(functions[timing.name])
+            if timing.name not in sync_known:
+                timing.synchronises = synchronises(functions[timing.name])
         unheld = {t.name for t in timings if t.synchronises}
-        measured = time_interleaved(functions, repeats or DEFAULT_REPEATS, flush, unheld)
+        once = {t.name: float(t.times_ms[0]) for t in timings}  # the checked call, on the host's clock
+        repeats = repeats or DEFAULT_REPEATS
+        counts = {name: repeats_within(ms, repeats) for name, ms in once.items()}
+        host = {name: [] for name, ms in once.items() if ms >= SLOW_CALL_MS}
+        measured = time_interleaved(functions, repeats, flush, unheld, counts=counts, host=host)
         for timing in timings:
-            once_ms = float(timing.times_ms[0])  # the checked call, on the host's clock
+            once_ms, function = once[timing.name], functions[timing.name]
             timing.times_ms = measured[timing.name]
             timing.ceiling_gbps = ceiling["gbps"] if ceiling else None
+            if timing.name in host:  # slow: from its repeats (module docstring)
+                timing.host_us = float(np.median(host[timing.name])) * 1e3
+                timing.latency_us = timing.host_us if timing.synchronises else latency_us(function, calls=1)
+                continue
             calls = min(10, _calls_within(HOST_TIMING_MS, float(np.median(timing.times_ms))))
-            timing.host_us = host_cost_us(functions[timing.name], calls=calls, synchronous=timing.synchronises,
+            timing.host_us = host_cost_us(function, calls=calls, synchronous=timing.synchronises,
                                           hold_seconds=min(HOLD_SECONDS, max(HOST_HOLD_SECONDS, 3 * calls * once_ms / 1e3)))
-            timing.latency_us = latency_us(functions[timing.name], calls=min(5, calls))
+            timing.latency_us = latency_us(function, calls=min(5, calls))
     return Comparison(title, timings, meaningful, ceiling)

@@ -13,7 +13,8 @@ pieces of rows, computed at once and joined again, with the same result to the b
     def relu_mask_reference(x): ...
 
 Small arrays (all of the simulator's) are computed in one call, as if undecorated. The inputs of
-such references are drawn the same way: `standard_normal(rng, shape)`.
+such references are drawn the same way: `standard_normal(rng, shape)`. A reference that is a loop
+(an LSTM's steps) can instead be computed while the GPU's kernels compile: `in_background`.
 """
 
 import functools
@@ -95,6 +96,24 @@ def each(function, items):
             _in_piece.active = False
 
     return list(_pool().map(one, items))
+
+
+def in_background(function, *args, **kwargs):
+    """function(*args, **kwargs) started now in a thread of its own; returns a Future (its .result()
+    waits, and returns or raises). For work that mostly waits (a GPU's kernel compiles, in worker
+    processes) while this thread computes (the NumPy references of the same chapter)."""
+    from concurrent.futures import Future
+
+    future = Future()
+
+    def run():
+        try:
+            future.set_result(function(*args, **kwargs))
+        except BaseException as error:  # noqa: BLE001  (raised again by .result())
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="workbook-background", daemon=True).start()
+    return future
 
 
 PIECES = 16  # random inputs are drawn in this many pieces, whatever the machine: the same numbers

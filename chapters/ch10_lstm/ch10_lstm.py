@@ -44,10 +44,12 @@
 # %%
 # %load_ext autoreload
 # %autoreload 2
+import functools
+
 import numpy as np
 
 import workbook
-from workbook import bench, cuda, timeline
+from workbook import bench, cuda, host, timeline
 
 from chapters.ch10_lstm import fused, half, layerwise, naive, persistent, profiling, streams, wavefront
 from chapters.ch10_lstm import reference as ref
@@ -228,8 +230,8 @@ except ValueError as why:  # a GPU with less shared memory than the weights need
 chapter.record("recurrent weight bytes read per layer", traffic)
 
 
-def torch_lstm(batch, dtype=None):
-    """torch.nn.LSTM (cuDNN) with the same weights (dtype: torch.float16 for cuDNN's FP16 LSTM)."""
+def torch_lstm(dtype=None):
+    """torch.nn.LSTM (cuDNN) with the same weights (dtype: torch.float16 for cuDNN's FP16 LSTM); any batch."""
     lstm = torch.nn.LSTM(INPUT, HIDDEN, LAYERS).cuda()
     with torch.no_grad():
         for layer, w in enumerate(weights):
@@ -251,9 +253,10 @@ def cudnn_call(lstm, *inputs):
 # ## Every variant against cuDNN
 #
 # The whole forward (every layer, every step) from the same inputs, checked against the float64
-# reference, then timed with CUDA events. The naive LSTM takes seconds at the book's sizes, so it
-# runs at batch 64 only; the streams LSTM is timed as its graph's replay (launched call by call,
-# its time is its host's, like the fused one's).
+# reference, then timed with CUDA events. The naive and fused LSTMs take a second or more a forward
+# at the book's sizes, at any batch (their time is their launches'), so they run at batch 64 only,
+# where the first bar compares them; the streams LSTM is timed as its graph's replay (launched call
+# by call, its time is its host's, like the fused one's).
 
 # %% [markdown]
 # The FP16 kernel has a table of its own: it is checked against the FP16 model of the reference,
@@ -272,14 +275,35 @@ def check_fp16(out, expected, name):
                           rtol=r, atol=a, name=name)
 
 
-comparisons, comparisons_fp16 = {}, {}
-for batch in BATCHES:
+@functools.lru_cache(maxsize=None)
+def reference(batch, fp16=False):
+    """The float64 LSTM's (y, h_n, c_n) from inputs(batch), computed once; fp16=True: the FP16 model."""
     x, h0, c0 = inputs(batch)
-    d_x, d_h0, d_c0 = cuda.to_device(x), cuda.to_device(h0), cuda.to_device(c0)
+    return ref.lstm_reference(x, weights, h0, c0, fp16=fp16)
+
+
+device_inputs = {batch: [cuda.to_device(a) for a in inputs(batch)] for batch in BATCHES}  # x, h0, c0
+slow = {"naive: 2 GEMMs a gate a step": lambda: net_naive(*device_inputs[max(BATCHES)]),
+        "fused: hoisted input GEMM, fused cell": lambda: net_fused(*device_inputs[max(BATCHES)])}
+# On a GPU every variant is called once for every batch, all at the same time, their kernels
+# compiled side by side (bench.warm_up; the slow calls' outputs kept for their checks), while the
+# host computes the float64 references.
+nets = [net for net in (net_persistent, net_wavefront, net_layerwise, net_streams, net_half) if net is not None]
+warming = host.in_background(bench.warm_up, [lambda net=net, a=a: net(*a) for net in nets for a in device_inputs.values()]
+                             + list(slow.values()), keep=slow.values())
+for batch in BATCHES:
+    reference(batch)
+    if net_half is not None:
+        reference(batch, fp16=True)
+warming.result()
+
+comparisons, comparisons_fp16 = {}, {}
+cudnn, cudnn_fp16 = (torch_lstm(), torch_lstm(torch.float16)) if torch is not None else (None, None)
+for batch in BATCHES:
+    d_x, d_h0, d_c0 = device_inputs[batch]
     variants = {}
-    if batch == max(BATCHES):
-        variants["naive: 2 GEMMs a gate a step"] = lambda: net_naive(d_x, d_h0, d_c0)
-    variants["fused: hoisted input GEMM, fused cell"] = lambda: net_fused(d_x, d_h0, d_c0)
+    if batch == max(BATCHES):  # a second or more a forward at any batch: compared where the bar is
+        variants.update(slow)
     variants["persistent: W_hh in shared memory"] = lambda: net_persistent(d_x, d_h0, d_c0)
     if net_wavefront is not None:
         variants["wavefront: every layer in one kernel"] = lambda: net_wavefront(d_x, d_h0, d_c0)
@@ -290,19 +314,18 @@ for batch in BATCHES:
     baselines, baselines_fp16 = {}, {}
     if torch is not None:
         t_inputs = [bench.torch_view(a) for a in (d_x, d_h0, d_c0)]
-        baselines["torch.nn.LSTM (cuDNN)"] = cudnn_call(torch_lstm(batch), *t_inputs)
-        baselines_fp16["torch.nn.LSTM FP16 (cuDNN)"] = cudnn_call(torch_lstm(batch, torch.float16),
-                                                                  *(a.half() for a in t_inputs))
+        baselines["torch.nn.LSTM (cuDNN)"] = cudnn_call(cudnn, *t_inputs)
+        baselines_fp16["torch.nn.LSTM FP16 (cuDNN)"] = cudnn_call(cudnn_fp16, *(a.half() for a in t_inputs))
     flops = 2.0 * STEPS * batch * 4 * HIDDEN * (INPUT + HIDDEN + (LAYERS - 1) * 2 * HIDDEN)
     comparisons[batch] = chapter.compare(
         f"LSTM forward, batch {batch}", variants, baselines=baselines, flops=flops,
-        reference=lambda x=x, h0=h0, c0=c0: ref.lstm_reference(x, weights, h0, c0), check=check,
-        size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=5 if "naive" in str(variants) else 15)
+        reference=lambda batch=batch: reference(batch), check=check,
+        size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=15)
     if net_half is not None:
         comparisons_fp16[batch] = chapter.compare(
             f"LSTM forward in FP16, batch {batch}", {_half: lambda: net_half(d_x, d_h0, d_c0)},
             baselines=baselines_fp16, flops=flops, check=check_fp16,
-            reference=lambda x=x, h0=h0, c0=c0: ref.lstm_reference(x, weights, h0, c0, fp16=True),
+            reference=lambda batch=batch: reference(batch, fp16=True),
             size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=15)
 
 # %%
@@ -329,9 +352,8 @@ else:
 
 # %%
 if net_half is not None and net_wavefront is not None:
-    x1, h1, c1 = inputs(1)
-    exact = ref.lstm_reference(x1, weights, h1, c1)
-    d_in = [cuda.to_device(a) for a in (x1, h1, c1)]
+    exact = reference(1)  # the float32 table's reference at batch 1
+    d_in = [cuda.to_device(a) for a in inputs(1)]
     off = {name: float(max(np.abs(workbook.check.to_host(got) - want).max() for got, want in zip(net(*d_in), exact)))
            for name, net in (("float32 wavefront", net_wavefront), ("FP16 wavefront", net_half))}
     chapter.record("largest difference to float64, batch 1", off)
@@ -436,6 +458,8 @@ def _half_text():
         rows, kb = _traffic["FP16: batch rows a block takes at once, batch 64"], _traffic["FP16: weight bytes a block"] // 1024
         passes8 = -(-8 // _traffic["wavefront: batch rows a block takes at once, batch 64"])
     except (KeyError, LookupError):
+        if not workbook.capability.supports("mma.sync.f16"):
+            return "- **FP16 on tensor cores**: not on this GPU (" + workbook.capability.message("mma.sync.f16") + ")."
         return "- **FP16 on tensor cores**: no stored GPU figures for it yet."
     return f"""- **FP16 on tensor cores** takes {fp16[1]:.2f} / {fp16[8]:.2f} / {fp16[64]:.1f} ms at batch 1 / 8 / 64: against
   the fastest float32 kernel ({fp32[1]:.2f} / {fp32[8]:.2f} / {fp32[64]:.1f} ms), {fp32[1] / fp16[1]:.1f}x /

@@ -24,7 +24,7 @@ import numba
 import numpy as np
 from numba import cuda, float32
 
-from workbook import ON_GPU
+from workbook import ON_GPU, capability
 from workbook.barrier import counter_barrier, counter_leave
 from workbook.inputs import sm_count
 from workbook.launch import shared_memory_limit
@@ -233,6 +233,8 @@ class HalfLSTM(FusedLSTM):
     and step, the recurrent products on FP16 tensor cores."""
 
     def __init__(self, weights, blocks=None):
+        if not capability.supports("mma.sync.f16"):
+            raise ValueError(capability.message("mma.sync.f16", what="the FP16 tensor-core LSTM"))
         super().__init__(weights)
         L, H = self.layers, self.hidden
         largest = float(np.finfo(np.float16).max)

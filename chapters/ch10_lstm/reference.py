@@ -57,10 +57,14 @@ def lstm_reference(x, weights, h0=None, c0=None, fp16=False):
         to_h = half if fp16 else np.asarray
         w_ih, w_hh = to_x(w_ih), to_h(w_hh)
         bias = w["b_ih"].astype(np.float64) + w["b_hh"].astype(np.float64)
+        # the layer's whole input sequence is known: its input term for every step in one GEMM (the
+        # hoisting of fused.py), then only the recurrent product is left in the loop
+        x_terms = (to_x(sequence).reshape(T * B, -1) @ w_ih.T).reshape(T, B, 4 * H) + bias
+        w_hh_t = np.ascontiguousarray(w_hh.T)
         h, c = h0[layer], c0[layer]
         out = np.empty((T, B, H))
         for t in range(T):
-            z = to_x(sequence[t]) @ w_ih.T + to_h(h) @ w_hh.T + bias
+            z = x_terms[t] + to_h(h) @ w_hh_t
             i, f, g, o = sigmoid(z[:, :H]), sigmoid(z[:, H:2 * H]), np.tanh(z[:, 2 * H:3 * H]), sigmoid(z[:, 3 * H:])
             c = f * c + i * g
             h = o * np.tanh(c)
