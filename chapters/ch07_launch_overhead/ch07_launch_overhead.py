@@ -410,7 +410,10 @@ step_result = chapter.compare(
     "bn+add+relu step: launches vs graph",
     {"4 launches from Python": bn_step, "graph replay": graph_step},
     reference=tuple(g for g in grads_ref if g is not None),
-    check=lambda out, ref, name: workbook.assert_close(out, ref, rtol=1e-4, atol=1e-4, name=name),
+    # dgamma and dbeta (outputs 2 and 3) are sums over N*H*W = 200,704 values a channel: torch adds
+    # them in float32, whose rounding grows with the count (ours add in float64)
+    check=lambda out, ref, name: workbook.assert_close(
+        out, ref, rtol=1e-3 if name.endswith(("output 2", "output 3")) else 1e-4, atol=1e-4, name=name),
     baselines={"torch eager (autograd)": torch_step},
     poison_outputs=False, size="x".join(map(str, bn_shape)),
 )
