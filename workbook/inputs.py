@@ -205,7 +205,11 @@ def _torch_dtype(torch_dtype, name):
     try:
         dtype = np.dtype(spelled)
     except TypeError:
-        raise TypeError(f"{name} has dtype {torch_dtype}, which NumPy (and so numba) has no dtype for") from None
+        dtype = None
+    # a name NumPy only knows through an extension (ml_dtypes makes bfloat16 a 2-byte void) is not
+    # one numba can type either
+    if dtype is None or dtype.kind not in "biufc":
+        raise TypeError(f"{name} has dtype {torch_dtype}, which NumPy (and so numba) has no dtype for")
     _TORCH_DTYPES[torch_dtype] = dtype
     return dtype
 
