@@ -59,13 +59,13 @@ def trace(lines=False):
 
 
 def measured(case):
-    """Nsight Compute's counts of one launch of tools/validate_memtrace.py on the reference GPU, as
-    stored: {"global ld sectors": ..., "shared st bank_conflicts": ..., ...} (see that tool)."""
+    """Nsight Compute's counts of one launch of tools/validate_memtrace.py, as stored with the GPU
+    they were measured on: {"global ld sectors": ..., "shared st bank_conflicts": ..., ...}."""
     import json
 
     from . import results
 
-    stored = json.loads((results.RESULTS / results.REFERENCE_DEVICE / "memtrace_validation.json").read_text())
+    stored = json.loads(results.stored_path("memtrace_validation.json").read_text())
     counts = {row["counter"]: row["ncu"] for row in stored["rows"] if row["case"] == case}
     if not counts:
         raise KeyError(f"no stored Nsight Compute counts for {case!r}: run tools/validate_memtrace.py")

@@ -24,7 +24,7 @@ from . import MODE
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
-REFERENCE_DEVICE = "nvidia-h100-80gb-hbm3"  # the GPU the README's figures come from
+REFERENCE_DEVICE = "nvidia-h200"  # the GPU the README's figures come from (results/nvidia-h100-80gb-hbm3/: a second device)
 
 
 def _version(package):
@@ -94,6 +94,15 @@ def save_json(chapter, payload, slug=None):
     path = device_dir(slug) / f"{chapter}.json"
     path.write_text(json.dumps(payload, indent=1, default=float) + "\n")
     return path
+
+
+def stored_path(name):
+    """results/<device>/<name> of the reference GPU, or, for a file measured on another GPU only (a
+    validation made against that GPU's profiler), the first device folder that holds it."""
+    reference = RESULTS / REFERENCE_DEVICE / name
+    if reference.exists():
+        return reference
+    return next(iter(sorted(RESULTS.glob(f"*/{name}"))), reference)
 
 
 def load_json(chapter, slug=REFERENCE_DEVICE):
