@@ -154,6 +154,15 @@ def _channel_sums(partial, c):
     return _warp_sum2(a, b)
 
 
+@cuda.jit(device=True, forceinline=True)
+def _store_partial(partial, first_plane, c, a, b):
+    """The block's two sums, (a, b) summed over its threads, into partial[:, first_plane, c]."""
+    a, b = _block_sum2(a, b)
+    if cuda.threadIdx.x == 0:
+        partial[0, first_plane, c] = a
+        partial[1, first_plane, c] = b
+
+
 # ---------------------------------------------------------------------------------------------
 # Walking a block's planes as one sequence
 #
@@ -202,10 +211,7 @@ def bn_stats_kernel(x, partial):
             v = float64(values[u])
             s += v
             ss += v * v
-    s, ss = _block_sum2(s, ss)
-    if cuda.threadIdx.x == 0:
-        partial[0, first_plane, c] = s
-        partial[1, first_plane, c] = ss
+    _store_partial(partial, first_plane, c, s, ss)
 
 
 @cuda.jit(device=True, forceinline=True)
@@ -324,12 +330,29 @@ def _backward_coefficients(partial, gamma, saved, dgamma, dbeta, c, first_plane,
     return coefficients[0], coefficients[1], coefficients[2]
 
 
+@cuda.jit(device=True, forceinline=True)
+def _load_backward_elements(dy, mask, x, c, first_plane, planes, k, i, size, gs, xs, ns, offsets):
+    """UNROLL elements of g (dy where the bit is set) and x, loaded before any is used, from the
+    block's sequence position (plane k, offset i); ns[u], offsets[u]: where each is (ns[u] >= N past
+    the block's planes). Returns the position after them."""
+    for u in range(UNROLL):
+        n = first_plane + k * cuda.gridDim.y
+        ns[u], offsets[u] = n, i
+        gs[u] = ZERO
+        xs[u] = ZERO
+        if k < planes:
+            gs[u] = _masked_gradient(dy, mask, n, c, i)
+            xs[u] = x[n, c, i]
+        k, i = _advance(k, i, cuda.blockDim.x, size)
+    return k, i
+
+
 @cuda.jit(**FILL_THE_SM)
 def bn_backward_reduce_kernel(dy, mask, x, d_identity, has_identity, partial):
     """Block (c, g) over its planes n = g, g + G, ...: g = dy where the bit is set;
     partial[:, g, c] = (sum g, sum g * x); d_identity = g."""
     c, first_plane = cuda.blockIdx.x, cuda.blockIdx.y
-    planes, size, threads = _planes_of_block(x.shape[0], first_plane), x.shape[2], cuda.blockDim.x
+    planes, size = _planes_of_block(x.shape[0], first_plane), x.shape[2]
     sg = 0.0
     sgx = 0.0
     k, i = _advance(0, 0, cuda.threadIdx.x, size)
@@ -338,24 +361,13 @@ def bn_backward_reduce_kernel(dy, mask, x, d_identity, has_identity, partial):
         xs = cuda.local.array(UNROLL, float32)
         ns = cuda.local.array(UNROLL, int32)
         offsets = cuda.local.array(UNROLL, int32)
-        for u in range(UNROLL):
-            n = first_plane + k * cuda.gridDim.y
-            ns[u], offsets[u] = n, i
-            gs[u] = ZERO
-            xs[u] = ZERO
-            if k < planes:
-                gs[u] = _masked_gradient(dy, mask, n, c, i)
-                xs[u] = x[n, c, i]
-            k, i = _advance(k, i, threads, size)
+        k, i = _load_backward_elements(dy, mask, x, c, first_plane, planes, k, i, size, gs, xs, ns, offsets)
         for u in range(UNROLL):
             if has_identity and ns[u] < x.shape[0]:
                 d_identity[ns[u], c, offsets[u]] = gs[u]  # the add's gradient is the ReLU's: stored once, here
             sg += float64(gs[u])
             sgx += float64(gs[u]) * float64(xs[u])
-    sg, sgx = _block_sum2(sg, sgx)
-    if cuda.threadIdx.x == 0:
-        partial[0, first_plane, c] = sg
-        partial[1, first_plane, c] = sgx
+    _store_partial(partial, first_plane, c, sg, sgx)
 
 
 @cuda.jit(**FILL_THE_SM)
@@ -365,22 +377,14 @@ def bn_backward_dx_kernel(dy, mask, x, gamma, saved, partial, dx, dgamma, dbeta)
     c, first_plane = cuda.blockIdx.x, cuda.blockIdx.y
     a, b, shift = _backward_coefficients(partial, gamma, saved, dgamma, dbeta, c, first_plane,
                                          x.shape[0] * x.shape[2])
-    planes, size, threads = _planes_of_block(x.shape[0], first_plane), x.shape[2], cuda.blockDim.x
+    planes, size = _planes_of_block(x.shape[0], first_plane), x.shape[2]
     k, i = _advance(0, 0, cuda.threadIdx.x, size)
     while k < planes:
         gs = cuda.local.array(UNROLL, float32)
         xs = cuda.local.array(UNROLL, float32)
         ns = cuda.local.array(UNROLL, int32)
         offsets = cuda.local.array(UNROLL, int32)
-        for u in range(UNROLL):
-            n = first_plane + k * cuda.gridDim.y
-            ns[u], offsets[u] = n, i
-            gs[u] = ZERO
-            xs[u] = ZERO
-            if k < planes:
-                gs[u] = _masked_gradient(dy, mask, n, c, i)
-                xs[u] = x[n, c, i]
-            k, i = _advance(k, i, threads, size)
+        k, i = _load_backward_elements(dy, mask, x, c, first_plane, planes, k, i, size, gs, xs, ns, offsets)
         for u in range(UNROLL):
             if ns[u] < x.shape[0]:
                 dx[ns[u], c, offsets[u]] = a * gs[u] + b * xs[u] + shift
@@ -432,10 +436,7 @@ def bn_stats_quads_kernel(x, partial):
             v = float64(values[e])
             s += v
             ss += v * v
-    s, ss = _block_sum2(s, ss)
-    if cuda.threadIdx.x == 0:
-        partial[0, first_plane, c] = s
-        partial[1, first_plane, c] = ss
+    _store_partial(partial, first_plane, c, s, ss)
 
 
 @cuda.jit(**FILL_THE_SM)
@@ -517,10 +518,7 @@ def bn_backward_reduce_quads_kernel(dy, mask, x, d_identity, has_identity, parti
         for e in range(QUAD_VALUES):
             sg += float64(grads[e])
             sgx += float64(grads[e]) * float64(xs[e])
-    sg, sgx = _block_sum2(sg, sgx)
-    if cuda.threadIdx.x == 0:
-        partial[0, first_plane, c] = sg
-        partial[1, first_plane, c] = sgx
+    _store_partial(partial, first_plane, c, sg, sgx)
 
 
 @cuda.jit(**FILL_THE_SM)
