@@ -386,9 +386,12 @@ else:
     chapter.show_stored_figure("bytes_in_flight")
 
 # %% [markdown]
-# Left of the dashed line the copy is **latency-bound**: every block added to an SM adds its bytes
-# in flight and the rate grows in proportion. Right of it, more in flight buys nothing: the memory
-# is busy. A GPU with more bandwidth and the same latency puts the line further right, so a kernel
+# With few bytes in flight the copy is **latency-bound**: every block added to an SM adds its bytes
+# in flight and the rate grows in proportion. The dashed line is what Little's law asks for with the
+# latency of one load on an idle GPU; under a full load each request also waits in queues, so the
+# rate goes on rising a little past the line and flattens where that longer latency is covered.
+# Past it, more in flight buys nothing: the memory is busy. A GPU with more bandwidth and the same
+# latency puts the line further right, so a kernel
 # that kept just enough in flight on one GPU falls short on the next (the other lines are the
 # same need on the other GPUs whose results this workbook stores, from their measured ceilings).
 # What moves a kernel right is what this chapter did: more threads resident on each SM, more
