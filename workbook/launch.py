@@ -14,7 +14,6 @@ checks are the same and only the cost differs; `.how` says which path ran.
 """
 
 import ctypes
-import functools
 from collections import OrderedDict
 
 import numpy as np
@@ -39,29 +38,6 @@ def _check(result):
     if int(error) != 0:
         raise RuntimeError(f"CUDA driver error {error!r}")
     return values[0] if len(values) == 1 else values
-
-
-_launch_kernel = None
-
-
-def _cu_launch_kernel():
-    """libcuda's cuLaunchKernel, through ctypes (loaded once; the library numba's driver uses)."""
-    global _launch_kernel
-    if _launch_kernel is None:
-        for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-            try:
-                library = ctypes.CDLL(name)
-                break
-            except OSError:
-                continue
-        else:
-            raise RuntimeError("the CUDA driver library (libcuda) cannot be loaded")
-        function = library.cuLaunchKernel
-        function.argtypes = ([ctypes.c_void_p] + [ctypes.c_uint] * 7
-                             + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p])
-        function.restype = ctypes.c_int
-        _launch_kernel = function
-    return _launch_kernel
 
 
 def stream_handle(stream):
@@ -163,17 +139,15 @@ class PreparedLaunch:
         self._pointers = (ctypes.c_void_p * max(1, len(self._values)))(
             *[ctypes.addressof(value) for value in self._values])
         handle = function.kernel._handle  # a CUkernel: the driver takes it where a CUfunction goes
+        function_handle = driver.CUfunction(int(handle))
+        driver_stream = stream_handle(stream)
         parameters = ctypes.addressof(self._pointers)
-        # Every argument of the driver's call is fixed here, as plain integers, and the call goes
-        # to libcuda through ctypes: cuda.bindings' cuLaunchKernel converts each of its eleven
-        # arguments to its own types at every call, which costs more than the launch.
-        launch = functools.partial(_cu_launch_kernel(), int(handle), *grid, *block, shared,
-                                   int(stream_handle(stream)), parameters, None)
+        launch_kernel = driver.cuLaunchKernel
 
         def launcher():
-            error = launch()
+            error, = launch_kernel(function_handle, *grid, *block, shared, driver_stream, parameters, 0)
             if error:
-                raise RuntimeError(f"cuLaunchKernel failed: {driver.CUresult(error)!r}")
+                raise RuntimeError(f"cuLaunchKernel failed: {error!r}")
 
         self._launcher = launcher
         self.how = "cuLaunchKernel, parameter block built once"
