@@ -182,6 +182,37 @@ def test_batchnorm_blocks_take_several_planes(shape, groups, quads):
     _check_batchnorm(shape, True, groups=groups, quads=quads)
 
 
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_batchnorm_buffers_off_16_bytes_take_the_4_byte_kernels(offset):
+    """x, y, dy, dx at 4, 8 or 12 bytes past a 16-byte boundary (views into a larger buffer): the
+    quad kernels would fault there, so the wrappers take the 4-byte ones, with the same answer."""
+    shape = (3, 2, 4, 8)
+    n = int(np.prod(shape))
+
+    def misaligned(values=None):
+        flat = cuda.device_array(n + offset, np.float32)
+        if values is not None:
+            flat[offset:].copy_to_device(np.ascontiguousarray(values).reshape(-1))
+        return flat[offset:].reshape(shape)
+
+    x, identity, gamma, beta, running_mean, running_var, dy = _bn_buffers(shape, False, seed=offset)
+    y_ref, mask_ref, saved_ref, _, _ = bn.batchnorm_forward_reference(x, gamma, beta, running_mean, running_var)
+    d = cuda.to_device
+    saved = cuda.device_array((2, shape[1]), np.float64)
+    mask = cuda.device_array((shape[0], shape[1], bn.plane_words(*shape[2:])), np.uint32)
+    y, _ = bn.batchnorm_relu_forward(misaligned(x), d(gamma), d(beta), d(running_mean), d(running_var), misaligned(),
+                                     mask, saved)
+    workbook.assert_close(y, y_ref, rtol=1e-5, atol=1e-5, name="y")
+    workbook.assert_close(mask, mask_ref, exact=True, name="mask")
+    dx_ref = bn.batchnorm_backward_reference(dy, y_ref > 0, x, gamma, saved_ref)[0]
+    dx = bn.batchnorm_relu_backward(misaligned(dy), mask, misaligned(x), d(gamma), saved, misaligned(),
+                                    cuda.device_array(shape[1], np.float32), cuda.device_array(shape[1], np.float32))[0]
+    workbook.assert_close(dx, dx_ref, rtol=1e-4, atol=1e-5, name="dx")
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        bn.batchnorm_relu_forward(misaligned(x), d(gamma), d(beta), d(running_mean), d(running_var), misaligned(),
+                                  mask, saved, quads=True)
+
+
 def test_batchnorm_quads_need_whole_quads():
     with pytest.raises(ValueError, match="H\\*W % 4 == 0"):
         _check_batchnorm((2, 3, 3, 11), True, quads=True)
