@@ -50,7 +50,7 @@ UNROLL = 4  # elements per thread per trip in the elementwise loops: 4 loads of 
 WORDS_PER_TRIP = 4  # mask words (rows of 32) per warp per trip in the forward kernel
 # Blocks of 256 threads an SM: the compiler keeps each kernel within 65536 / (256 x BLOCKS_PER_SM)
 # registers a thread (64 at 4: none of the kernels spills; at 8, 32 registers, the quad kernels
-# spilled and ran 12% slower). 1024 threads an SM, each with 32 bytes of each input in flight, keep
+# spill). 1024 threads an SM, each with 32 bytes of each input in flight, keep
 # far more in flight than the memory needs (chapter 00's Little's law). WORKBOOK_BN_BLOCKS_PER_SM
 # tries another (tools/bn_probe.py; what was measured is in EXPERIMENTS.md).
 BLOCKS_PER_SM = int(os.environ.get("WORKBOOK_BN_BLOCKS_PER_SM", "4"))
