@@ -233,6 +233,42 @@ def test_torch_tensors_that_cannot_be_taken_say_why(views):
     assert views.misses == 0
 
 
+def test_tensor_calls_find_a_call_again_from_its_tensors(views, monkeypatch):
+    # launch.TensorCalls' bookkeeping, with a stand-in for the launch cache's entry (on a GPU the
+    # wrappers' own calls go through it: test_torch_tensors_take_the_short_path_when_met_again)
+    from workbook import launch
+
+    monkeypatch.setattr(launch, "ON_GPU", True)
+    a, b = TorchLike(np.zeros(8, np.float32)), TorchLike(np.zeros(8, np.float32))
+    view_b = require(b, "b")
+    launched = []
+
+    class Prepared:
+        def set(self, index, value):
+            launched.append(("set", index, value))
+
+        def __call__(self):
+            launched.append("launch")
+
+    calls = launch.TensorCalls(size=2)
+    key = calls.key(("a", "b"), (a, b), 0.5)
+    assert calls.find(key) is None
+    calls.keep(key, [Prepared(), (None, None, 1)], returns=(view_b,), owners=(1,))
+    found = calls.find(calls.key(("a", "b"), (a, b), 0.5))
+    (out,) = found((None, None, 2), (a, b))
+    assert launched == [("set", 2, 2), "launch"]  # only the scalar that changed is stored
+    assert out.__dict__.get("gpu_data", out).__dict__["_owner"] is b  # the view holds the tensor it views
+    assert calls.found == 1
+    assert calls.find(calls.key(("a", "b"), (a, b), 0.25)) is None  # other options: the full path
+    assert calls.find(calls.key(("a", "b"), (a, TorchLike(np.zeros(8, np.float32))), 0.5)) is None  # other memory
+    assert calls.key(("a", "b"), (a, HostTensor(np.zeros(8, np.float32))), 0.5) is None  # not torch: the full path
+    assert calls.find(calls.key(("a",), (a,), [1])) is None  # an option that cannot be hashed: the full path
+    with pytest.raises(TypeError, match="b is a torch tensor that requires grad"):
+        calls.key(("a", "b"), (a, TorchLike(np.zeros(8, np.float32), requires_grad=True)))
+    monkeypatch.setattr(launch, "ON_GPU", False)
+    assert calls.key(("a", "b"), (a, b), 0.5) is None  # the simulator: every call takes the full path
+
+
 # ---------------------------------------------------------------------------------------------
 # The wrappers on foreign arrays: the same answers, the views found again at the next call
 
@@ -345,6 +381,44 @@ def test_torch_tensors_through_the_wrappers():
     copied = torch.empty_like(x)
     ch00.copy_quads(x, copied)
     assert torch.equal(copied, x)
+
+
+@needs_torch
+def test_torch_tensors_take_the_short_path_when_met_again():
+    n = 4099 * 4  # quads: relu_mask_quads' own kernel (16-byte aligned, as torch allocates)
+    x = torch.randn(n, device="cuda")
+    y, mask = torch.empty_like(x), torch.empty(ch01.mask_words(n), dtype=torch.uint32, device="cuda")
+    ch01.relu_mask_quads(x, y, mask)  # the full path (or found: torch may reuse an earlier test's memory)
+    found, misses = ch01._torch_calls.found, inputs.FOREIGN.misses
+    x.copy_(torch.randn(n, device="cuda"))  # new data, the same memory
+    got_y, got_mask = ch01.relu_mask_quads(x, y, mask)
+    assert ch01._torch_calls.found == found + 1 and inputs.FOREIGN.misses == misses  # no check, no view
+    expected_y, expected_mask = ch01.relu_mask_reference(x.cpu().numpy())
+    workbook.assert_close(got_y, expected_y, exact=True, name="relu y, the view returned by the short path")
+    workbook.assert_close(got_mask, expected_mask, exact=True, name="relu mask, the view returned by the short path")
+    owner = weakref.ref(mask)
+    del mask
+    gc.collect()
+    assert owner() is not None  # the returned view holds the caller's tensor
+    with pytest.raises(TypeError, match="requires grad"):  # the short path checks what can change in place
+        ch01.relu_mask_quads(x.requires_grad_(), y, owner())
+
+    x = torch.randn(n, device="cuda")
+    drop_y, drop_mask = torch.empty_like(x), torch.empty(-(-n // 32), dtype=torch.uint32, device="cuda")
+    for offset in (3, 4, 4, 9):  # the offset's words stored into the kept launch when they change
+        got_y, got_mask = ch02.dropout_bitmask(x, 0.25, 7, offset, drop_y, drop_mask)
+        expected_y, expected_mask = ch02.dropout_reference(x.cpu().numpy(), 0.25, 7, offset)
+        workbook.assert_close(got_y, expected_y, exact=True, name=f"dropout y, offset {offset}")
+        workbook.assert_close(got_mask, expected_mask, exact=True, name=f"dropout mask, offset {offset}")
+    assert ch02._torch_calls.found >= 3
+    # numba's views of the same memory share the launch cache's entry: the offset it holds is right
+    numba_x, numba_y, numba_mask = (cuda.as_cuda_array(t) for t in (x, drop_y, drop_mask))
+    ch02.dropout_bitmask(numba_x, 0.25, 7, 3, numba_y, numba_mask)
+    workbook.assert_close(drop_y, ch02.dropout_reference(x.cpu().numpy(), 0.25, 7, 3)[0], exact=True,
+                          name="dropout y through numba's views after the short path")
+    with pytest.raises(TypeError, match="p must be a number"):  # p=True is refused, though p=1 was met
+        ch02.dropout_bitmask(x, 1, 7, 0, drop_y, drop_mask)
+        ch02.dropout_bitmask(x, True, 7, 0, drop_y, drop_mask)
 
 
 @needs_torch

@@ -157,6 +157,16 @@ def _held(kept, owner):
     return view
 
 
+def held(view, owner):
+    """A copy of a view kept without an owner (ForeignViews, launch.TensorCalls) that holds `owner`."""
+    return _held(view, owner)
+
+
+def unheld(view):
+    """A copy of a view that holds nothing (its memory names no owner), to be kept between calls."""
+    return _held(view, _NOT_HELD)
+
+
 # How to read a foreign array's key cheaply, and describe it once for its view: one reader per type.
 
 
@@ -183,6 +193,9 @@ def _torch_key(tensor, name):
         raise TypeError(f"{name}: torch gives no data pointer for it ({error}); a dense CUDA tensor is "
                         "needed") from None
     return pointer, tensor.shape, tensor.stride(), tensor.dtype, device
+
+
+torch_key = _torch_key  # for launch.TensorCalls: the same checks, the same key
 
 
 def _torch_describe(tensor, key, name):

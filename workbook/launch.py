@@ -257,39 +257,148 @@ class LaunchCache:
 
     def launch(self, kernel, blocks, threads, args, scalars=(), stream=0, shared=0):
         """Launch kernel[blocks, threads, stream, shared](*args, *scalars), prepared once per
-        signature (shared: bytes of dynamic shared memory)."""
+        signature (shared: bytes of dynamic shared memory). Returns the cache's entry for it (None
+        in the simulator): `again(entry, scalars)` launches it once more."""
         config = (kernel, blocks, threads)
-        self._launch((*config, shared), lambda: config, (*args, *scalars), stream, shared)
+        return self._launch((*config, shared), lambda: config, (*args, *scalars), stream, shared)
 
     def launch_planned(self, plan, args, options=(), stream=0, shared=0):
         """Launch the kernel that `plan(*args, *options)` picks, as (kernel, blocks, threads), on
         args. The plan must depend only on what the key holds (the arrays' shapes, dtypes and
         addresses, the scalars' types) and on the options: it is worked out on the first call
-        with these buffers, not at every call (a plan may compile there, too)."""
-        self._launch((plan, options, shared), lambda: plan(*args, *options), args, stream, shared)
+        with these buffers, not at every call (a plan may compile there, too). Returns the entry."""
+        return self._launch((plan, options, shared), lambda: plan(*args, *options), args, stream, shared)
+
+    @staticmethod
+    def again(entry, scalars):
+        """Launch an entry that launch() returned once more, on the same buffers, with `scalars`:
+        one item per kernel argument, None for an array, the value for a scalar (its new value is
+        stored into the packed parameters where it changed)."""
+        prepared, last = entry
+        for index, (old, new) in enumerate(zip(last, scalars)):
+            if old is not new and old != new:  # a scalar that changed (arrays are None on both sides)
+                prepared.set(index, new)
+        entry[1] = scalars
+        prepared()
 
     def _launch(self, what, plan, args, stream, shared=0):
         """what: the head of the key; plan(): (kernel, blocks, threads), called on a miss only."""
         if not ON_GPU:
             kernel, blocks, threads = plan()
             kernel[blocks, threads, stream, shared](*args)
-            return
+            return None
         signature = tuple(map(self._signature, args))
         scalars = tuple(a if isinstance(kind, type) else None for kind, a in zip(signature, args))  # arrays: None
         key = (what, signature, int(stream_handle(stream)) if stream else 0)
         entry = self.entries.get(key)
         if entry is not None:
-            prepared, last = entry
-            for index, (old, new) in enumerate(zip(last, scalars)):
-                if old is not new and old != new:  # a scalar that changed (arrays are None on both sides)
-                    prepared.set(index, new)
-            entry[1] = scalars
             self.entries.move_to_end(key)
-            prepared()
-            return
+            self.again(entry, scalars)
+            return entry
         kernel, blocks, threads = plan()
         prepared = PreparedLaunch(kernel, blocks, threads, *args, stream=stream, keep_args=False, shared=shared)
-        self.entries[key] = [prepared, scalars]
+        entry = self.entries[key] = [prepared, scalars]
         if len(self.entries) > self.size:
             self.entries.popitem(last=False)
         prepared()
+        return entry
+
+
+# ---------------------------------------------------------------------------------------------
+# A wrapper's calls on torch tensors, found again from the tensors alone
+
+
+class TensorCalls:
+    """The launches of a wrapper's last few calls on torch tensors, found again from the tensors
+    themselves, before any check or view is made (chapter 07).
+
+        _calls = TensorCalls()
+
+        def wrapper(x, y):
+            key = _calls.key(("x", "y"), (x, y))       # None unless both are torch tensors on a GPU
+            found = _calls.find(key)
+            if found is not None:
+                return found(scalars, (x, y))          # one launch; (y,) as views again
+            x, y = require(x, ...), require(y, ...)    # the full path: every check, the views
+            entry = _launches.launch(kernel, blocks, threads, (x, y), scalars)
+            _calls.keep(key, entry, returns=(y,), owners=(1,))
+            return y
+
+    A call on torch tensors reads each tensor's key through torch's C accessors (data pointer,
+    shape, strides, dtype, device: `require`'s reader, with its checks of the device and of
+    requires_grad), and the wrapper's options that decided its launch (`extra`: p and seed, a
+    block count...). A call met before, with exactly those tensors' memory and layout and those
+    options, passed every check then and picks the same kernel and grid now: it is the same launch,
+    so what is left is the launch (LaunchCache.again, which stores the scalars that changed, such
+    as a random-number offset) and the return values, numba views of the tensors as the full path
+    returns them, each made to hold its tensor (inputs.held). An entry holds no tensor: the packed
+    parameters hold addresses, and the kept views name no owner (see inputs.ForeignViews: an
+    entry is only found for live tensors with those addresses and layouts). In the simulator there
+    are no torch tensors: key() is None, and every call takes the full path.
+    """
+
+    def __init__(self, size=64):
+        self.size, self.entries = size, OrderedDict()
+        self.found = 0  # calls found: a count for the tests
+
+    @staticmethod
+    def key(names, tensors, *extra):
+        """The key of a call on `tensors` (named `names`, for the checks' messages) with the options
+        `extra` (hashable), or None where one of them is not a torch tensor, or in the simulator."""
+        if not ON_GPU:
+            return None
+        from .inputs import is_torch_tensor, torch_key
+
+        for tensor in tensors:
+            if not is_torch_tensor(tensor):
+                return None
+        return tuple(map(torch_key, tensors, names)), extra
+
+    def find(self, key):
+        """A callable for a call met before: found(scalars, tensors) launches (scalars as
+        LaunchCache.again takes them) and returns the kept return values, each holding its tensor
+        (tensors: the call's, in the key's order); else None."""
+        if key is None:
+            return None
+        try:
+            kept = self.entries.get(key)
+        except TypeError:  # an option that cannot be hashed: the full path's checks say what is wrong
+            return None
+        if kept is None:
+            return None
+        try:
+            self.entries.move_to_end(key)
+        except KeyError:  # dropped by another thread in between: still the right launch
+            pass
+        self.found += 1
+        return kept
+
+    def keep(self, key, entry, returns=(), owners=()):
+        """Keep the launch of a call that took the full path: `entry` from LaunchCache.launch,
+        `returns` the wrapper's return values (numba views of the tensors), `owners` the index in
+        the key's tensors of the tensor that each return value views."""
+        if key is None or entry is None:
+            return
+        from .inputs import unheld
+
+        try:
+            self.entries[key] = _Found(entry, tuple(map(unheld, returns)), tuple(owners))
+        except TypeError:  # an option that cannot be hashed: such calls take the full path
+            return
+        if len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+
+
+class _Found:
+    """A kept call of TensorCalls: called with the scalars, it launches and returns the views."""
+
+    __slots__ = ("entry", "views", "owners")
+
+    def __init__(self, entry, views, owners):
+        self.entry, self.views, self.owners = entry, views, owners
+
+    def __call__(self, scalars, tensors):
+        from .inputs import held
+
+        LaunchCache.again(self.entry, scalars)
+        return tuple(held(view, tensors[index]) for view, index in zip(self.views, self.owners))

@@ -28,7 +28,7 @@ from numba.cuda.random import xoroshiro128p_dtype, xoroshiro128p_uniform_float32
 
 import workbook
 from workbook.inputs import empty_like_input, is_torch_tensor, require, sm_count
-from workbook.launch import LaunchCache, PreparedLaunch
+from workbook.launch import LaunchCache, PreparedLaunch, TensorCalls
 
 from .philox import philox4x32, philox4x32_reference
 from workbook.memory import aligned, load4, store4
@@ -376,6 +376,7 @@ def _mask_output(mask, n, given=None):
 
 _placeholders = {}
 _launches = LaunchCache()
+_torch_calls = TensorCalls()  # dropout_bitmask on torch tensors met before: one launch (chapter 07)
 
 
 @lru_cache(maxsize=64)
@@ -390,11 +391,11 @@ def _launch(kernel, blocks, threads, args, scalars, repeats, stream=0):
     """Through the cache of prepared launches when the buffers come back at the next call (the
     caller's, or torch's: its caching allocator hands the same memory back), where a launch costs
     the driver's time only (chapter 07); a plain launch for fresh numba outputs, whose launch
-    would never be found again."""
+    would never be found again. Returns the launch cache's entry, or None."""
     if repeats:
-        _launches.launch(kernel, blocks, threads, args, scalars, stream=stream)
-    else:
-        kernel[blocks, threads, stream](*args, *scalars)
+        return _launches.launch(kernel, blocks, threads, args, scalars, stream=stream)
+    kernel[blocks, threads, stream](*args, *scalars)
+    return None
 
 
 def _placeholder():
@@ -414,7 +415,7 @@ def _forward(x, p, seed, offset, y, mask, write_mask, vector=True, blocks_per_sm
     y = _output(y, x, "y", x_given)
     mask = _mask_output(mask, x.size, x_given) if write_mask else _placeholder()
     if x.size == 0:
-        return y, mask
+        return y, mask, None
     wide = vector and quads_aligned(x, y)
     if write_mask:
         kernel = dropout_bitmask_kernel if wide else dropout_bitmask_scalar_kernel
@@ -422,8 +423,9 @@ def _forward(x, p, seed, offset, y, mask, write_mask, vector=True, blocks_per_sm
         kernel = dropout_seed_only_kernel if wide else dropout_seed_only_scalar_kernel
     quads = -(-x.size // 4)
     blocks = _blocks_for_quads(quads, blocks_per_sm)
-    _launch(kernel, blocks, THREADS_PER_BLOCK, (x, y, mask), (*_fixed_scalars(p, seed), *split_u64(offset)), repeats)
-    return y, mask
+    entry = _launch(kernel, blocks, THREADS_PER_BLOCK, (x, y, mask), (*_fixed_scalars(p, seed), *split_u64(offset)),
+                    repeats)
+    return y, mask, entry
 
 
 def dropout_bitmask(x, p, seed, offset, y=None, mask=None, vector=True, blocks_per_sm=None):
@@ -432,8 +434,16 @@ def dropout_bitmask(x, p, seed, offset, y=None, mask=None, vector=True, blocks_p
     (seed, offset) pick the random numbers (see the module docstring); y and mask may be given to
     avoid an allocation. vector=False forces 4-byte loads, blocks_per_sm overrides the grid size
     (both to measure what they buy)."""
-    return _forward(x, p, seed, offset, y, mask, write_mask=True, vector=vector,
-                    blocks_per_sm=blocks_per_sm)
+    given = (x, y, mask)
+    # the options as given, with their types: the checks passed for p=1 do not pass p=True
+    key = _torch_calls.key(("x", "y", "mask"), given, p, type(p), seed, type(seed), vector, blocks_per_sm)
+    found = _torch_calls.find(key)
+    if found is not None:  # torch tensors met before, every check passed then: the same launch
+        return found((None, None, None, *_fixed_scalars(p, seed), *split_u64(check_u64(offset, "offset"))), given)
+    y, mask, entry = _forward(x, p, seed, offset, y, mask, write_mask=True, vector=vector,
+                              blocks_per_sm=blocks_per_sm)
+    _torch_calls.keep(key, entry, returns=(y, mask), owners=(1, 2))
+    return y, mask
 
 
 def prepare_dropout_bitmask(x, p, seed, y, mask):

@@ -68,6 +68,10 @@ HIDDEN = workbook.size(gpu=512, sim=33)
 INPUT = workbook.size(gpu=512, sim=7)
 LAYERS = workbook.size(gpu=4, sim=2)
 BATCHES = (1, 8, 64) if workbook.ON_GPU else (3,)
+# The naive and fused LSTMs against each other: the first SLOW_STEPS steps of the largest batch.
+# Every step is the same work, so their ratio is the whole forward's; at the book's 512 steps the
+# naive forward alone takes seconds a call.
+SLOW_STEPS = workbook.size(gpu=64, sim=STEPS)
 
 weights = ref.init_lstm(INPUT, HIDDEN, LAYERS, seed=0)
 rtol, atol = ref.tolerance(HIDDEN, INPUT)
@@ -254,9 +258,10 @@ def cudnn_call(lstm, *inputs):
 #
 # The whole forward (every layer, every step) from the same inputs, checked against the float64
 # reference, then timed with CUDA events. The naive and fused LSTMs take a second or more a forward
-# at the book's sizes, at any batch (their time is their launches'), so they run at batch 64 only,
-# where the first bar compares them; the streams LSTM is timed as its graph's replay (launched call
-# by call, its time is its host's, like the fused one's).
+# at the book's sizes, at any batch (their time is their launches'), so they are compared first,
+# over the first steps of the sequence at batch 64 (every step is the same work: their ratio is the
+# whole forward's), with the persistent kernel beside them; the streams LSTM is timed as its graph's
+# replay (launched call by call, its time is its host's, like the fused one's).
 
 # %% [markdown]
 # The FP16 kernel has a table of its own: it is checked against the FP16 model of the reference,
@@ -276,35 +281,45 @@ def check_fp16(out, expected, name):
 
 
 @functools.lru_cache(maxsize=None)
-def reference(batch, fp16=False):
-    """The float64 LSTM's (y, h_n, c_n) from inputs(batch), computed once; fp16=True: the FP16 model."""
+def reference(batch, fp16=False, steps=STEPS):
+    """The float64 LSTM's (y, h_n, c_n) from the first `steps` steps of inputs(batch), computed
+    once; fp16=True: the FP16 model."""
     x, h0, c0 = inputs(batch)
-    return ref.lstm_reference(x, weights, h0, c0, fp16=fp16)
+    return ref.lstm_reference(x[:steps], weights, h0, c0, fp16=fp16)
 
 
 device_inputs = {batch: [cuda.to_device(a) for a in inputs(batch)] for batch in BATCHES}  # x, h0, c0
-slow = {"naive: 2 GEMMs a gate a step": lambda: net_naive(*device_inputs[max(BATCHES)]),
-        "fused: hoisted input GEMM, fused cell": lambda: net_fused(*device_inputs[max(BATCHES)])}
+big = max(BATCHES)
+first_steps = (device_inputs[big][0][:SLOW_STEPS], *device_inputs[big][1:])  # x's first steps: a view
+slow = {"naive: 2 GEMMs a gate a step": lambda: net_naive(*first_steps),
+        "fused: hoisted input GEMM, fused cell": lambda: net_fused(*first_steps)}
 # On a GPU every variant is called once for every batch, all at the same time, their kernels
 # compiled side by side (bench.warm_up; the slow calls' outputs kept for their checks), while the
 # host computes the float64 references.
 nets = [net for net in (net_persistent, net_wavefront, net_layerwise, net_streams, net_half) if net is not None]
 warming = host.in_background(bench.warm_up, [lambda net=net, a=a: net(*a) for net in nets for a in device_inputs.values()]
                              + list(slow.values()), keep=slow.values())
+reference(big, steps=SLOW_STEPS)
 for batch in BATCHES:
     reference(batch)
     if net_half is not None:
         reference(batch, fp16=True)
 warming.result()
 
-comparisons, comparisons_fp16 = {}, {}
 cudnn, cudnn_fp16 = (torch_lstm(), torch_lstm(torch.float16)) if torch is not None else (None, None)
+slow_case = f"LSTM forward, batch {big}, first {SLOW_STEPS} steps"
+slow_comparison = chapter.compare(
+    slow_case, {**slow, "persistent: W_hh in shared memory": lambda: net_persistent(*first_steps)},
+    baselines={"torch.nn.LSTM (cuDNN)": cudnn_call(cudnn, *(bench.torch_view(a) for a in first_steps))}
+    if torch is not None else None,
+    flops=2.0 * SLOW_STEPS * big * 4 * HIDDEN * (INPUT + HIDDEN + (LAYERS - 1) * 2 * HIDDEN),
+    reference=lambda: reference(big, steps=SLOW_STEPS), check=check,
+    size=f"T={SLOW_STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={big}", repeats=15)
+
+comparisons, comparisons_fp16 = {}, {}
 for batch in BATCHES:
     d_x, d_h0, d_c0 = device_inputs[batch]
-    variants = {}
-    if batch == max(BATCHES):  # a second or more a forward at any batch: compared where the bar is
-        variants.update(slow)
-    variants["persistent: W_hh in shared memory"] = lambda: net_persistent(d_x, d_h0, d_c0)
+    variants = {"persistent: W_hh in shared memory": lambda: net_persistent(d_x, d_h0, d_c0)}
     if net_wavefront is not None:
         variants["wavefront: every layer in one kernel"] = lambda: net_wavefront(d_x, d_h0, d_c0)
     variants["layer by layer: each step a tiled GEMM"] = lambda: net_layerwise(d_x, d_h0, d_c0)
@@ -330,9 +345,8 @@ for batch in BATCHES:
 
 # %%
 if workbook.ON_GPU:
-    big = max(BATCHES)
-    chapter.bar(f"whole forward, batch {big}: fused vs naive (speed-up)",
-                comparisons[big].ratio("naive: 2 GEMMs a gate a step", "fused: hoisted input GEMM, fused cell"),
+    chapter.bar(f"batch {big}, {SLOW_STEPS} steps: fused vs naive (speed-up)",
+                slow_comparison.ratio("naive: 2 GEMMs a gate a step", "fused: hoisted input GEMM, fused cell"),
                 at_least=5)
     for batch, target in ((1, 1.5), (8, 1.5), (64, 0.8)):
         if torch is None or batch not in comparisons:
@@ -342,6 +356,7 @@ if workbook.ON_GPU:
         chapter.bar(f"batch {batch}: fastest workbook LSTM ({best.name.split(':')[0]}) vs cuDNN (speed-up)",
                     comparisons[batch].ratio("torch.nn.LSTM (cuDNN)", best.name), at_least=target)
 else:
+    chapter.show_stored("LSTM forward, batch 64, first 64 steps")
     for batch in (1, 8, 64):
         chapter.show_stored(f"LSTM forward, batch {batch}")
         chapter.show_stored(f"LSTM forward in FP16, batch {batch}")
@@ -402,8 +417,16 @@ _cudnn = "torch.nn.LSTM (cuDNN)"
 _traffic = chapter.figure("recurrent weight bytes read per layer")
 
 
+_SLOW_STEPS = workbook.size(gpu=SLOW_STEPS, sim=64)  # the reference GPU's, in the simulator
+_SLOW_CASE = f"LSTM forward, batch 64, first {_SLOW_STEPS} steps"
+
+
 def _ms(batch, variant):
     return chapter.figure(f"LSTM forward, batch {batch}", variant)
+
+
+def _slow(variant):
+    return chapter.figure(_SLOW_CASE, variant)
 
 
 def _wavefront_text():
@@ -475,10 +498,11 @@ def _half_text():
 
 
 chapter.lesson("""
-- **Launches, not arithmetic, set the naive LSTM's time**: {naive:.0f} ms for a forward at batch 64
-  against {fused:.0f} ms fused ({fused_speedup:.1f}x) for the same arithmetic. The naive LSTM issues
-  14 launches a step a layer, the fused one 2 (and one big GEMM a layer), and the GPU waits for
-  each: the fused forward costs its host {fused_host:.0f} ms, against {fused:.0f} ms of GPU time.
+- **Launches, not arithmetic, set the naive LSTM's time**: {naive:.0f} ms for the first {slow_steps} steps
+  at batch 64 against {fused:.0f} ms fused ({fused_speedup:.1f}x) for the same arithmetic, and
+  {slow_persistent:.0f} ms for the persistent kernel. The naive LSTM issues 14 launches a step a layer,
+  the fused one 2 (and one big GEMM a layer), and the GPU waits for each: the fused call costs its
+  host {fused_host:.0f} ms, against {fused:.0f} ms of GPU time.
 - **The persistent kernel** issues one launch a layer and reads W_hh from memory once per sequence
   ({once:.1f} MB a layer, against {every:.0f} MB over {steps} steps when every step reads it). At
   batch 1 a step of a layer takes it {step1:.1f} us: the whole forward {p1:.1f} ms against cuDNN's
@@ -490,8 +514,9 @@ chapter.lesson("""
 {layerwise}
 {fp16}
 """,
-    naive=_ms(64, _naive), fused=_ms(64, _fused), fused_speedup=_ms(64, _naive) / _ms(64, _fused),
-    fused_host=chapter.figure("LSTM forward, batch 64", _fused, "host_us") / 1e3,
+    naive=_slow(_naive), fused=_slow(_fused), fused_speedup=_slow(_naive) / _slow(_fused),
+    slow_persistent=_slow(_persistent), slow_steps=_SLOW_STEPS,
+    fused_host=chapter.figure(_SLOW_CASE, _fused, "host_us") / 1e3,
     once=_traffic["persistent: W_hh once"] / 1e6, every=_traffic["fused: W_hh every step"] / 1e6,
     steps=_traffic["steps"], chunk=persistent.CHUNK,
     step1=1e3 * _ms(1, _persistent) / (_traffic["steps"] * _traffic["layers"]),
