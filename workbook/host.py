@@ -116,6 +116,21 @@ def in_background(function, *args, **kwargs):
     return future
 
 
+def standard_normals(rng, sizes, dtype=np.float32):
+    """A list of 1-D arrays of standard normal float32 values, of these sizes, astype(dtype): each
+    drawn from its own generator spawned from `rng`, the arrays side by side on every core where
+    there is much to draw (a list of gradients), so the numbers depend on rng's seed only."""
+    jobs = list(zip((int(n) for n in sizes), rng.spawn(len(sizes))))
+
+    def one(job):
+        n, generator = job
+        return generator.standard_normal(n, dtype=np.float32).astype(dtype, copy=False)
+
+    if sum(n for n, _ in jobs) < SMALL:
+        return [one(job) for job in jobs]
+    return list(_pool().map(one, jobs))
+
+
 PIECES = 16  # random inputs are drawn in this many pieces, whatever the machine: the same numbers
 
 
