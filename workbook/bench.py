@@ -22,8 +22,9 @@ call waits for the GPU itself (it is made held for 0.1 s, see `synchronises`: no
 Its repeats are as many as fit `REPEATS_SECONDS`, never fewer than `MIN_REPEATS` (a spread needs
 three) nor more than asked: it takes part in the first rounds, the others go on being interleaved
 among themselves, and a speed-up is taken over the rounds both made. A call of `SLOW_CALL_MS` or
-more is not called again for its host cost and latency (a microsecond's spread does not show in a
-call of a second): they come from its timed repeats, exactly. Held, the host's time inside the hold
+more, or one that synchronises, is not called again for its host cost and latency (a microsecond's
+spread does not show in a call of a second, and a call that waits for the GPU costs its host its
+wall clock): they come from its timed repeats, exactly. Held, the host's time inside the hold
 is one sample of `host_cost_us`, and its latency is timed once. Unheld (it synchronises), each of its
 repeats runs from an idle GPU to a synchronize, outside its events, and that wall clock is one sample
 of `latency_us`, and of `host_cost_us`, which for such a call is its loop's wall time per call. Each
@@ -43,6 +44,7 @@ from numba import cuda
 from . import ON_GPU, tables
 from .check import assert_close, poison
 from .compile_pool import warm_up as _side_by_side
+from .host import in_background
 
 DEFAULT_REPEATS = 50
 
@@ -562,11 +564,16 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
     bytes, flops: what one call must move and compute, counted by the caller.
     """
     baselines = dict(baselines or {}) if ON_GPU and optional_torch() is not None else {}
-    if callable(reference):
-        reference = reference()
     # the kernels' warm-up calls: on a GPU, all at once, their kernels compiled side by side, each
-    # one's outputs kept for its check (a call an earlier warm_up(keep=True) made counts)
-    kept = _warmed_up(variants) if ON_GPU and poison_outputs else {}
+    # one's outputs kept for its check (a call an earlier warm_up(keep=True) made counts); started
+    # in the background while this thread computes the reference (the warm-up calls write only
+    # their outputs, which no reference reads)
+    warming = in_background(_warmed_up, variants) if ON_GPU and poison_outputs else None
+    try:
+        if callable(reference):
+            reference = reference()
+    finally:
+        kept = warming.result() if warming is not None else {}
     timings, sync_known = [], set()
     for kind, functions in (("kernel", variants), ("baseline", baselines)):
         for name, function in functions.items():
@@ -600,13 +607,15 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
         once = {t.name: float(t.times_ms[0]) for t in timings}  # the checked call, on the host's clock
         repeats = repeats or DEFAULT_REPEATS
         counts = {name: repeats_within(ms, repeats) for name, ms in once.items()}
-        host = {name: [] for name, ms in once.items() if ms >= SLOW_CALL_MS}
+        # slow calls, and calls that wait for the GPU themselves (their host cost is their wall
+        # clock, which their unheld repeats measure): host cost and latency from the repeats
+        host = {name: [] for name, ms in once.items() if ms >= SLOW_CALL_MS or name in unheld}
         measured = time_interleaved(functions, repeats, flush, unheld, counts=counts, host=host)
         for timing in timings:
             once_ms, function = once[timing.name], functions[timing.name]
             timing.times_ms = measured[timing.name]
             timing.ceiling_gbps = ceiling["gbps"] if ceiling else None
-            if timing.name in host:  # slow: from its repeats (module docstring)
+            if timing.name in host:  # slow or synchronising: from its repeats (module docstring)
                 timing.host_us = float(np.median(host[timing.name])) * 1e3
                 timing.latency_us = timing.host_us if timing.synchronises else latency_us(function, calls=1)
                 continue

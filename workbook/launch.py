@@ -185,10 +185,13 @@ class StepGraph:
 
     step must launch on the stream it is given and do nothing else the driver would have to wait
     for: no allocation, no copy to the host, no synchronize (the capture fails with the driver's
-    error if it does). What it reads and writes are the same buffers at every replay.
+    error if it does). What it reads and writes are the same buffers at every replay. The step is
+    run once before the capture, to compile its kernels and allocate its workspaces; warmed_up=True
+    skips that run, for a step that has already run on these buffers (a long step costs its host
+    as much to run as to capture).
     """
 
-    def __init__(self, step, stream=None):
+    def __init__(self, step, stream=None, warmed_up=False):
         self.step = step
         self.stream = stream or cuda.stream()
         if not ON_GPU:
@@ -196,7 +199,8 @@ class StepGraph:
             return
         driver = _driver()
         handle = stream_handle(self.stream)
-        step(self.stream)  # warm-up: compiles, allocates workspaces, loads modules, outside the capture
+        if not warmed_up:
+            step(self.stream)  # warm-up: compiles, allocates workspaces, loads modules, outside the capture
         self.stream.synchronize()
         _check(driver.cuStreamBeginCapture(handle, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
         try:

@@ -44,7 +44,8 @@ def _run_one(script, log_path, use_notebook, cells_path):
 
 
 # A chapter script's process, started while the previous chapter runs: it imports what every chapter
-# imports (seconds of CPU, no GPU work: no context is made), then waits for "go" on stdin and runs
+# imports (seconds of CPU, no GPU work: no context is made), and on a GPU the optional libraries its
+# package names in PRELUDE (chapter 11's spconv: seconds of imports), then waits for "go" on stdin and runs
 # the script as `python script.py` would, cell by cell (run_cells). It ends with os._exit once the
 # script is done: a process that has recorded a timeline with torch's profiler (workbook.timeline)
 # can abort in its native teardown ("free(): invalid pointer", pytorch/pytorch#195207: torch frees
@@ -55,10 +56,20 @@ import workbook
 import workbook.runner
 import matplotlib.pyplot, numba.cuda, numpy
 if workbook.ON_GPU:
+    import importlib
     try:
         import torch
     except ImportError:
         pass
+    try:
+        prelude = importlib.import_module("chapters." + os.path.basename(os.getcwd())).__dict__.get("PRELUDE", ())
+    except ImportError:
+        prelude = ()
+    for name in prelude:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
 if sys.stdin.readline().strip() != "go":
     sys.exit(0)
 script, cells_path = sys.argv[1:3]

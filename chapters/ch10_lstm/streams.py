@@ -26,10 +26,11 @@ class StreamsLSTM(FusedLSTM):
         self.streams = [cuda.stream() for _ in range(self.layers)]
         self._events = {}
 
-    def graph(self, x, h0=None, c0=None):
+    def graph(self, x, h0=None, c0=None, warmed_up=False):
         """A StepGraph of one forward on these buffers: graph() replays it; the outputs stay in this
-        LSTM's buffers (self.outputs(x) after a replay)."""
-        return StepGraph(lambda stream: self(x, h0, c0, stream=stream))
+        LSTM's buffers (self.outputs(x) after a replay). warmed_up=True: this LSTM has already run
+        a forward on these same arrays, so the capture needs no run before it (StepGraph)."""
+        return StepGraph(lambda stream: self(x, h0, c0, stream=stream), warmed_up=warmed_up)
 
     def outputs(self, x):
         """(y, h_n, c_n) as the last call or replay on x's shape left them."""
