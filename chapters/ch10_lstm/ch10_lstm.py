@@ -284,8 +284,21 @@ def check_fp16(out, expected, name):
 def reference(batch, fp16=False, steps=STEPS):
     """The float64 LSTM's (y, h_n, c_n) from the first `steps` steps of inputs(batch), computed
     once; fp16=True: the FP16 model."""
+    if steps == STEPS and batch in BATCHES:
+        return every_batch(fp16)[batch]
     x, h0, c0 = inputs(batch)
     return ref.lstm_reference(x[:steps], weights, h0, c0, fp16=fp16)
+
+
+@functools.lru_cache(maxsize=None)
+def every_batch(fp16):
+    """{batch: reference} for every batch of BATCHES from one float64 LSTM of all their rows side by
+    side: the rows of a batch are independent, so one loop over the steps serves them all."""
+    parts = [inputs(batch) for batch in BATCHES]
+    x, h0, c0 = (np.concatenate([part[i] for part in parts], axis=1) for i in range(3))
+    y, h_n, c_n = ref.lstm_reference(x, weights, h0, c0, fp16=fp16)
+    starts = np.cumsum((0,) + BATCHES)
+    return {batch: (y[:, a:b], h_n[:, a:b], c_n[:, a:b]) for batch, a, b in zip(BATCHES, starts, starts[1:])}
 
 
 device_inputs = {batch: [cuda.to_device(a) for a in inputs(batch)] for batch in BATCHES}  # x, h0, c0
