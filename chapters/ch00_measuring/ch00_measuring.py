@@ -295,7 +295,7 @@ sweep_results = {}
 series = {"one per thread": [], "grid-stride x4": [], "grid-stride x4, 8-byte words": [],
           "16-byte quads, a quad per thread": [], "torch copy_": []}
 for size in sweep_sizes:
-    s_src = cuda.to_device(rng.standard_normal(size, dtype=np.float32))
+    s_src = cuda.to_device(host.standard_normal(rng, size))
     s_dst = cuda.device_array_like(s_src)
     t_src, t_dst = workbook.bench.torch_view(s_src), workbook.bench.torch_view(s_dst)
     result = chapter.compare(

@@ -347,7 +347,7 @@ chapter.compare(
 sweep_sizes = [1 << s for s in (range(16, 29, 2) if workbook.ON_GPU else range(6, 11, 2))]
 series = {"Philox bitmask": [], "Philox seed-only (no mask)": [], "torch native_dropout": []}
 for size in sweep_sizes:
-    s_x = cuda.to_device(rng.standard_normal(size, dtype=np.float32))
+    s_x = cuda.to_device(host.standard_normal(rng, size))
     s_y, s_mask = cuda.device_array_like(s_x), cuda.device_array(-(-size // 32), dtype=np.uint32)
     t_x = workbook.bench.torch_view(s_x)
     result = chapter.compare(

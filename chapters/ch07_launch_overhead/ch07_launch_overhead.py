@@ -43,6 +43,7 @@ import numpy as np
 
 import workbook
 from workbook import bench, cuda, plots
+from workbook.host import standard_normal
 
 from chapters.ch01_relu_mask import batchnorm as bn
 from chapters.ch01_relu_mask import kernels as relu
@@ -308,14 +309,14 @@ def exact(out, ref, name):
 
 
 def relu_at(size):
-    x = cuda.to_device(rng.standard_normal(size, dtype=np.float32))
+    x = cuda.to_device(standard_normal(rng, size))  # on every core at the large sizes
     y, mask = cuda.device_array_like(x), cuda.device_array(relu.mask_words(size), np.uint32)
     return (lambda: relu.relu_mask_quads(x, y, mask), relu.prepare_relu_mask_quads(x, y, mask),
             lambda: relu.relu_mask_reference(x.copy_to_host()), exact)
 
 
 def dropout_at(size):
-    x = cuda.to_device(rng.standard_normal(size, dtype=np.float32))
+    x = cuda.to_device(standard_normal(rng, size))
     y, mask = cuda.device_array_like(x), cuda.device_array(-(-size // 32), np.uint32)
     step = dropout.prepare_dropout_bitmask(x, 0.1, 42, y, mask)
     return (lambda: dropout.dropout_bitmask(x, 0.1, 42, 0, y, mask), lambda: step(0),
@@ -323,7 +324,7 @@ def dropout_at(size):
 
 
 def softmax_at(size):
-    x = cuda.to_device(rng.standard_normal((size // 1024, 1024), dtype=np.float32))
+    x = cuda.to_device(standard_normal(rng, (size // 1024, 1024)))
     out = cuda.device_array_like(x)
     return (lambda: softmax.softmax(x, out), softmax.prepare_softmax(x, out),
             lambda: softmax.softmax_reference(x.copy_to_host()), None)
