@@ -177,11 +177,19 @@ workbook.show_ptx(k.relu_mask_quads_kernel, _x, _x, np.zeros(8, np.uint32), grep
 
 # %%
 odd_sizes = [1, 31, 32, 33, 1000, 2049, workbook.size(gpu=(1 << 24) + 3, sim=3001)]
+forwards = (k.relu_mask_sequential, k.relu_mask_ballot, k.relu_mask_wide, k.relu_mask_quads)
+backwards = (k.relu_backward_from_mask, k.relu_backward_from_mask_wide, k.relu_backward_from_mask_quads,
+             k.relu_backward_from_y)
+# every kernel below compiled first, side by side (on a GPU, in worker processes: workbook.warm_up)
+v32, m32 = cuda.device_array(32, np.float32), cuda.device_array(1, np.uint32)
+workbook.warm_up([lambda f=f: f(v32, cuda.device_array_like(v32), m32) for f in forwards]
+                 + [lambda b=b: b(v32, v32 if b is k.relu_backward_from_y else m32, cuda.device_array_like(v32))
+                    for b in backwards])
 for n in odd_sizes:
     x_host = k.special_inputs(n)
     y_ref, mask_ref = k.relu_mask_reference(x_host)
     x_dev = cuda.to_device(x_host)
-    for forward in (k.relu_mask_sequential, k.relu_mask_ballot, k.relu_mask_wide, k.relu_mask_quads):
+    for forward in forwards:
         y_dev, mask_dev = forward(x_dev, cuda.device_array(n, np.float32), cuda.device_array(k.mask_words(n), np.uint32))
         workbook.assert_close(y_dev, y_ref, exact=True, name=f"{forward.__name__} y, n={n}")
         workbook.assert_bitmask(mask_dev, x_host > 0, name=f"{forward.__name__} mask, n={n}")
