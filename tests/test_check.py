@@ -368,3 +368,58 @@ def test_outputs_of_skips_the_launches_or_calls_for_real():
 def run_into(d_x, out):
     double_kernel[-(-d_x.size // THREADS), THREADS](d_x, out)
     return out
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.uint8, np.bool_])
+def test_an_output_with_its_references_bytes_gets_the_full_tests_verdict(dtype, monkeypatch):
+    # assert_close returns early when the output holds the reference's bytes: every verdict must be
+    # the one the full host test gives, whatever the reference holds (the poison's bytes, NaN
+    # payloads, -0, mostly NaN, all zeros) and whatever the options (exact, tolerances, input=).
+    rng = np.random.default_rng(2)
+    bits = f"u{np.dtype(dtype).itemsize}"
+    base = rng.standard_normal(64).astype(dtype) if dtype != np.bool_ else rng.random(64) > 0.5
+    refs = {"plain": base, "all zero": np.zeros_like(base), "poison": base.copy()}
+    refs["poison"].view(bits)[5:9] = np.iinfo(bits).max
+    if np.dtype(dtype).kind == "f":
+        specials = base.copy()
+        specials[:5] = (np.nan, np.inf, -np.inf, -0.0, 0.0)
+        specials.view(bits)[6] = specials.view(bits)[0] ^ 1  # a NaN of another payload
+        mostly_nan = np.full_like(base, np.nan)
+        mostly_nan[:8] = 0.0
+        refs.update({"specials": specials, "mostly nan": mostly_nan})
+    options = [{"exact": True}]
+    if np.dtype(dtype).kind == "f":
+        options += [{}, {"rtol": 0.0, "atol": 0.0}, {"rtol": np.inf}, {"atol": -1.0}, {"rtol": np.nan}]
+
+    def verdict(out, ref, **kwargs):
+        try:
+            assert_close(out, ref, **kwargs)
+        except CheckError:
+            return False
+        return True
+
+    for label, ref in refs.items():
+        for extra in options:
+            for given in ({}, {"input": ref.copy()}, {"input": base[::-1].copy()}):
+                for out in (ref.copy(), np.repeat(ref, 2)[::2]):  # contiguous, and a strided view
+                    quick = verdict(out, ref, **extra, **given)
+                    with monkeypatch.context() as patch:
+                        patch.setattr(workbook.check, "_same_bytes", lambda out, ref: False)
+                        full = verdict(out, ref, **extra, **given)
+                    assert quick == full, f"{label} {extra} {list(given)}: quick {quick}, full {full}"
+
+
+def test_keeping_copies_each_reference_to_the_device_once_until_the_block_ends():
+    from workbook import device_check
+
+    refs = [np.arange(n, dtype=np.float32) for n in (40, 50, 60)]
+    outs = [cuda.to_device(ref) for ref in refs]
+    with device_check.keeping():
+        first = [device_check._on_device(ref) for ref in refs]
+        for out, ref in zip(outs, refs):
+            assert device_check.passes(out, ref, rtol=1e-5, atol=1e-6, exact=False)
+        assert all(device_check._on_device(ref) is copy for ref, copy in zip(refs, first))  # not new copies
+    assert not device_check._uploaded  # the block's end frees them
+    for ref in refs:
+        device_check._on_device(ref)
+    assert list(device_check._uploaded) == [id(refs[-1])]  # outside: the last one only

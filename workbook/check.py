@@ -140,6 +140,17 @@ def _poison_left(flat):
         flat.itemsize in (1, 2, 4, 8) else np.zeros(flat.shape, bool)
 
 
+def _same_bytes(out, ref):
+    """Whether `out` and `ref` (one shape, one dtype) hold the same bytes; False for a dtype whose
+    equal bytes need not be equal values under the tests below (complex, long double, objects)."""
+    if ref.dtype.kind not in "fiub" or ref.itemsize not in (1, 2, 4, 8):
+        return False
+    if out.flags.c_contiguous and ref.flags.c_contiguous and out.nbytes % 8 == 0:
+        return np.array_equal(out.reshape(-1).view(np.uint64), ref.reshape(-1).view(np.uint64))
+    bits = f"u{ref.itemsize}"
+    return np.array_equal(out.view(bits), ref.view(bits))
+
+
 def _within(out, ref, rtol, atol, chunk=1 << 20):
     """|out - ref| <= atol + rtol * |ref| in float64, element by element; NaN matches NaN, an
     infinity only itself. In chunks, so that the float64 temporaries stay in the CPU's cache."""
@@ -185,6 +196,13 @@ def assert_close(out, ref, *, rtol=None, atol=None, exact=False, name="output", 
     out = to_host(out)
     _same_kind(name, out, ref)
     if out.size == 0:
+        return
+    # An output holding its reference's bytes passes every test below: no element is then unwritten
+    # or NaN where the reference is finite, none differs (in value, sign or NaN-ness) or lies outside
+    # a finite tolerance >= 0, the output is all zeros only if the reference is, and equal to its
+    # input only if the reference is. One pass over the bytes then decides a right kernel's check.
+    tolerant = exact or not is_float or (0 <= rtol < np.inf and 0 <= atol < np.inf)
+    if tolerant and _same_bytes(out, ref):
         return
     flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
     unwritten = np.flatnonzero(_poison_left(flat_out) & ~_poison_left(flat_ref))

@@ -10,8 +10,11 @@ So the device answer only ever decides that an output is right, and both tests a
 element: the same float64 arithmetic, NaN matching NaN, an infinity only itself.
 
 The reference is copied to the device once and kept for the next check against the same array
-(`compare` checks every variant against one reference).
+(`compare` checks every variant against one reference). Within `keeping()`, every reference is
+kept: a list of them (a gradient per tensor) checked for each variant is copied up once.
 """
+
+import contextlib
 
 import numpy as np
 
@@ -76,13 +79,28 @@ def device_view(array):
     return array if array.is_c_contiguous() else None
 
 
-_uploaded = {}  # id(reference) -> (reference, its flat device copy): the last one only
+_uploaded = {}  # id(reference) -> (reference, its flat device copy): the last one, or all in keeping()
+_keeping = []  # one entry per keeping() block open
+
+
+@contextlib.contextmanager
+def keeping():
+    """Inside the block, the device copy of every reference checked stays until the block ends,
+    not only the last one's: for a list of references, each checked once per variant."""
+    _keeping.append(True)
+    try:
+        yield
+    finally:
+        _keeping.pop()
+        if not _keeping:
+            _uploaded.clear()  # their device memory goes with the block
 
 
 def _on_device(ref):
     held = _uploaded.get(id(ref))
     if held is None or held[0] is not ref:
-        _uploaded.clear()
+        if not _keeping:
+            _uploaded.clear()
         held = (ref, cuda.to_device(np.ascontiguousarray(ref).reshape(-1)))
         _uploaded[id(ref)] = held
     return held[1]

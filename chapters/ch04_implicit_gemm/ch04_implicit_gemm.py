@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import workbook
-from workbook import cuda, plots
+from workbook import cuda, host, plots
 
 from chapters.ch04_implicit_gemm import kernels as k
 
@@ -54,7 +54,8 @@ if torch is not None:  # FP32 baselines: no TF32 tensor cores for cuBLAS or cuDN
 
 
 def device_data(shape, seed):
-    return cuda.to_device(np.random.default_rng(seed).standard_normal(shape, dtype=np.float32))
+    # standard_normal(shape) as float32, drawn on every core for a GPU's sizes (workbook/host.py)
+    return cuda.to_device(host.standard_normal(np.random.default_rng(seed), shape))
 
 
 # %% [markdown]

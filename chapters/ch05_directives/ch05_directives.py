@@ -151,7 +151,8 @@ check_shapes = [(1, 1), (1, 31), (31, 1), (33, 32), (9, 35), workbook.size(gpu=(
 for shape in check_shapes:
     a = rng.integers(0, 256, shape, dtype=np.uint8)
     b = rng.integers(0, 256, shape, dtype=np.uint8)
-    merged, expected = k.merge_reference(a, b), k.merge_blur_reference(a, b)
+    merged = k.merge_reference(a, b)
+    expected = k.blur_reference(merged)  # k.merge_blur_reference(a, b), its merge done once
     workbook.assert_close(k.merge_directive(a, b), merged, name=f"directive {shape}")
     workbook.assert_close(k.merge_on_host_arrays(a, b, np.empty_like(a)), merged, name=f"host arrays {shape}")
     for variant in ("2d", "tile"):

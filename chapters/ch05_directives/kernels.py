@@ -21,6 +21,7 @@ import numpy as np
 from numba import cuda, uint8, vectorize
 
 from workbook import ON_GPU
+from workbook.host import by_rows
 from workbook.inputs import require, sm_count
 from workbook.launch import LaunchCache
 
@@ -59,6 +60,7 @@ def merge_blur_reference(a, b):
     return blur_reference(merge_reference(a, b))
 
 
+@by_rows  # pixel by pixel: on every core for a GPU's 64 MP (workbook/host.py), the same bytes
 def merge_sequence_reference(a, b, steps):
     """`steps` merges in a row, acc <- merge(acc, b): each step moves the image halfway towards b."""
     acc = a

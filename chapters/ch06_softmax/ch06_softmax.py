@@ -34,6 +34,8 @@
 # Reload the chapter's edited modules before each cell runs:
 # %load_ext autoreload
 # %autoreload 2
+import functools
+
 import numpy as np
 
 import workbook
@@ -175,18 +177,25 @@ workbook.show_ptx(k.warp_softmax_kernel(8, full=True, width=4), np.zeros((4, 256
 # %%
 shapes = [(1, 1), (3, 31), (5, 33), (2, 1024), (3, 1025), (workbook.size(gpu=257, sim=2), 32000),
           workbook.size(gpu=(4099, 1003), sim=(37, 97))]
-def check_shape(rows, ncols, dtype, seed):
+
+
+@functools.cache  # a case's warm-up call (on a GPU) and its check share inputs and references
+def shape_case(rows, ncols, dtype, seed):
     case_rng = np.random.default_rng(seed)
     x = logits_like(rows, ncols, dtype, generator=case_rng)
     t = case_rng.integers(0, ncols, rows).astype(np.int32)
+    return x, t, k.softmax_reference(x), k.cross_entropy_reference(x, t), k.cross_entropy_backward_reference(x, t)
+
+
+def check_shape(rows, ncols, dtype, seed):
+    x, t, probabilities, expected, gradient = shape_case(rows, ncols, dtype, seed)
     d_x, d_t = cuda.to_device(x), cuda.to_device(t)
     # float32: the naive kernel adds up to 32000 exps one after another, and such a sum drifts
     # by ~1e-4 relative; the warp and block kernels add in a tree and stay near 1e-6.
     tol = dict(rtol=1e-4 if ncols <= 1025 else 1e-3, atol=1e-6) if dtype == np.float32 else {}
     for softmax in (k.softmax_naive, k.softmax):
         out = softmax(d_x, cuda.device_array_like(d_x))
-        workbook.assert_close(out, k.softmax_reference(x), name=f"{softmax.__name__} {rows}x{ncols}", **tol)
-    expected = k.cross_entropy_reference(x, t)
+        workbook.assert_close(out, probabilities, name=f"{softmax.__name__} {rows}x{ncols}", **tol)
     for forward in (k.cross_entropy_naive, k.cross_entropy):
         got = forward(d_x, d_t, cuda.device_array(rows, np.float32), cuda.device_array(rows, np.float32),
                       cuda.device_array(1, np.float32))
@@ -195,7 +204,7 @@ def check_shape(rows, ncols, dtype, seed):
     d_lse = cuda.to_device(expected[2])
     for backward in (k.cross_entropy_backward_naive, k.cross_entropy_backward):
         grad = backward(d_x, d_t, d_lse, cuda.device_array_like(d_x))
-        workbook.assert_close(grad, k.cross_entropy_backward_reference(x, t), name=backward.__name__, **tol)
+        workbook.assert_close(grad, gradient, name=backward.__name__, **tol)
 
 
 # float16 at every shape on a GPU; in the simulator (every CUDA thread run in Python) at the shapes
@@ -205,6 +214,7 @@ cases = [(rows, ncols, dtype, seed) for seed, (rows, ncols) in enumerate(shapes)
 workbook.warm_up([lambda case=case: check_shape(*case) for case in cases])  # a GPU compiles their kernels side by side
 for case in cases:
     check_shape(*case)
+shape_case.cache_clear()  # their inputs and references are not needed again
 print("all kernels agree with the float64 references at", shapes, "in float32, and float16 at",
       sorted({(rows, ncols) for rows, ncols, dtype, _ in cases if dtype == np.float16}))
 
@@ -302,7 +312,8 @@ if workbook.ON_GPU:  # what the compiler made of the kernels: no local memory me
 
 # %%
 rows, ncols = workbook.size(gpu=(4096, 32000), sim=(2, 4000))
-d_logits = cuda.to_device(logits_like(rows, ncols))
+logits = logits_like(rows, ncols)  # kept for the references: no copy back of the 500 MiB
+d_logits = cuda.to_device(logits)
 targets = rng.integers(0, ncols, rows)
 d_targets = cuda.to_device(targets.astype(np.int32))
 k.check_targets(d_targets, ncols)
@@ -322,7 +333,7 @@ forward_result = chapter.compare(
         "fused, 16-byte loads": lambda: k.cross_entropy(
             d_logits, d_targets, d_losses, d_lse, d_mean, check_targets=False)[0],
     },
-    reference=lambda: k.cross_entropy_reference(d_logits.copy_to_host(), targets)[0],
+    reference=lambda: k.cross_entropy_reference(logits, targets)[0],
     check=loose,
     baselines={"torch cross_entropy": lambda: __import__("torch").nn.functional.cross_entropy(
         t_logits, t_targets).reshape(1)},
@@ -366,7 +377,7 @@ chapter.compare(
         "fused, 16-byte": lambda: k.cross_entropy_backward(
             d_logits, d_targets, d_lse, d_grad, check_targets=False),
     },
-    reference=lambda: k.cross_entropy_backward_reference(d_logits.copy_to_host(), targets),
+    reference=lambda: k.cross_entropy_backward_reference(logits, targets),
     check=lambda out, ref, name: workbook.assert_close(out, ref, rtol=1e-4, atol=1e-9, name=name),
     baselines={"torch softmax - onehot": torch_backward},
     bytes=8 * rows * ncols + 8 * rows,
@@ -389,7 +400,8 @@ softmax_series = {"one thread per row": [], "warp/block per row": [], "torch.sof
 forward_series = {"one thread per row + tree mean": [], "fused": [], "torch cross_entropy": []}
 for ncols in sweep_columns:
     rows = max(1, total // ncols)
-    s_x = cuda.to_device(logits_like(rows, ncols))
+    s_host = logits_like(rows, ncols)  # kept for the references: no copy back of the 128 MiB
+    s_x = cuda.to_device(s_host)
     s_out = cuda.device_array_like(s_x)
     s_t = rng.integers(0, ncols, rows)
     s_dt = cuda.to_device(s_t.astype(np.int32))
@@ -401,7 +413,7 @@ for ncols in sweep_columns:
         "softmax sweep",
         {"one thread per row": lambda: k.softmax_naive(s_x, s_out),
          "warp/block per row": lambda: k.softmax(s_x, s_out)},
-        reference=lambda: k.softmax_reference(s_x.copy_to_host()),
+        reference=lambda: k.softmax_reference(s_host),
         check=close,
         baselines={"torch.softmax": lambda: __import__("torch").softmax(ts_x, 1)},
         bytes=8 * rows * ncols, size=f"{rows}x{ncols}", repeats=10, show=False,
@@ -413,7 +425,7 @@ for ncols in sweep_columns:
         {"one thread per row + tree mean": lambda: k.cross_entropy_naive(
             s_x, s_dt, s_losses, s_lse, s_mean, check_targets=False)[0],
          "fused": lambda: k.cross_entropy(s_x, s_dt, s_losses, s_lse, s_mean, check_targets=False)[0]},
-        reference=lambda: k.cross_entropy_reference(s_x.copy_to_host(), s_t)[0],
+        reference=lambda: k.cross_entropy_reference(s_host, s_t)[0],
         check=loose,
         baselines={"torch cross_entropy": lambda: __import__("torch").nn.functional.cross_entropy(
             ts_x, ts_t).reshape(1)},

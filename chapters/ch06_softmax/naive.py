@@ -40,16 +40,22 @@ def softmax_reference(logits):
 def cross_entropy_reference(logits, targets):
     """(mean loss [1], loss per row, lse per row), float32: loss = lse - x[target] = -log softmax[target]."""
     lse = logsumexp_reference(logits)
-    picked = np.asarray(logits, dtype=np.float64)[np.arange(len(targets)), targets]
+    picked = np.asarray(logits)[np.arange(len(targets)), targets].astype(np.float64)  # not all of them
     losses = lse - picked
     return (np.array([losses.mean()], dtype=np.float32), losses.astype(np.float32), lse.astype(np.float32))
 
 
 def cross_entropy_backward_reference(logits, targets):
     """d(mean loss)/d(logits) = (softmax - onehot(target)) / batch, in the logits' dtype."""
+    logits, targets = np.asarray(logits), np.asarray(targets)  # both cut at the same rows
+    return _backward_rows(logits, targets, len(targets))
+
+
+@by_rows  # each row on its own but for the batch size, which is passed whole
+def _backward_rows(logits, targets, batch):
     grad = np.exp(log_softmax_reference(logits))
     grad[np.arange(len(targets)), targets] -= 1.0
-    return (grad / len(targets)).astype(logits.dtype)
+    return (grad / batch).astype(logits.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
