@@ -423,3 +423,14 @@ def test_keeping_copies_each_reference_to_the_device_once_until_the_block_ends()
     for ref in refs:
         device_check._on_device(ref)
     assert list(device_check._uploaded) == [id(refs[-1])]  # outside: the last one only
+
+
+def test_at_reads_a_sample_of_a_device_array():
+    from workbook import device_check
+
+    values = np.arange(7 * 9, dtype=np.float32).reshape(7, 9)
+    sample = np.array([0, 62, 5, 5, 40])
+    np.testing.assert_array_equal(device_check.at(cuda.to_device(values), sample), values.reshape(-1)[sample])
+    assert device_check.at(cuda.to_device(values), np.array([], np.int64)).size == 0
+    with pytest.raises(IndexError, match="indices from -1 to 5 for an array of 63 elements"):
+        device_check.at(cuda.to_device(values), [-1, 5])

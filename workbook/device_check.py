@@ -20,6 +20,8 @@ import numpy as np
 
 from numba import cuda
 
+from . import ON_GPU
+
 # Counts kept by the kernel, in this order.
 UNWRITTEN, NAN_WHERE_FINITE, DIFFER, OUT_NONZERO, REF_NONZERO = range(5)
 BLOCKS, THREADS = 1024, 256
@@ -130,3 +132,29 @@ def passes(view, ref, *, rtol, atol, exact):
     clean = counts[UNWRITTEN] == counts[NAN_WHERE_FINITE] == counts[DIFFER] == 0
     all_zero_wrongly = counts[OUT_NONZERO] == 0 and counts[REF_NONZERO] > 0
     return bool(clean and not all_zero_wrongly)
+
+
+@cuda.jit
+def _gather_kernel(flat, indices, out):
+    for i in range(cuda.grid(1), indices.size, cuda.gridsize(1)):
+        out[i] = flat[indices[i]]
+
+
+def at(array, indices):
+    """The elements of `array` (flattened) at `indices` (NumPy integers, each in range), as a NumPy
+    array: on a GPU gathered where they lie, so that a check of a sample of a large output copies
+    the sample, not the output; else read from a host copy."""
+    indices = np.asarray(indices, np.int64)
+    size = int(np.prod(array.shape))
+    if indices.size and (indices.min() < 0 or indices.max() >= size):
+        raise IndexError(f"indices from {indices.min()} to {indices.max()} for an array of {size} elements")
+    view = device_view(array) if ON_GPU else None  # the simulator: its device arrays are host memory
+    if view is None:
+        from .check import to_host
+
+        return to_host(array).reshape(-1)[indices]
+    out = cuda.device_array(indices.size, view.dtype)
+    if indices.size:
+        _gather_kernel[min(BLOCKS, -(-indices.size // THREADS)), THREADS](view.reshape(-1), cuda.to_device(indices),
+                                                                          out)
+    return out.copy_to_host()

@@ -41,7 +41,7 @@
 import numpy as np
 
 import workbook
-from workbook import cuda, host, plots
+from workbook import cuda, device_check, host, plots
 
 from chapters.ch02_dropout import kernels as k
 from chapters.ch02_dropout import philox
@@ -179,22 +179,23 @@ mask = cuda.device_array(-(-n // 32), dtype=np.uint32)
 byte_mask = cuda.device_array(n, dtype=np.uint8)
 torch_x = workbook.bench.torch_view(x)
 sample = np.unique(np.concatenate([rng.integers(0, n, size=min(n, 1 << 20)), np.arange(max(0, n - 4099), n)]))
-x_sample = x.copy_to_host()[sample]
+x_sample = device_check.at(x, sample)
 keep_sample = k.keep_reference_at(sample, p, seed, OFFSET)  # what (seed, OFFSET) keeps there
 
 
 def check_forward(out, _, name):
     """y (and the mask) against the NumPy Philox at sampled indices, exactly; the naive kernel,
-    whose numbers no reference can know, against its own mask and the keep rate."""
-    y_host = workbook.check.to_host(out[0])[sample]
+    whose numbers no reference can know, against its own mask and the keep rate. The samples are
+    gathered on the device (device_check.at): a copy of the sample, not of the 1 GiB output."""
+    y_host = device_check.at(out[0], sample)
     if name.startswith("naive"):
-        keep = workbook.check.to_host(out[1])[sample].astype(bool)
+        keep = device_check.at(out[1], sample).astype(bool)
         assert abs(keep.mean() - (1 - p)) < 0.01, f"{name}: keep rate {keep.mean()}"
     else:
         keep = keep_sample
         if len(out) > 1:
-            bits = workbook.unpack_bitmask(out[1], n)[sample]
-            np.testing.assert_array_equal(bits, keep, err_msg=f"{name}: mask bits")
+            bits = (device_check.at(out[1], sample // 32) >> (sample % 32).astype(np.uint32)) & 1
+            np.testing.assert_array_equal(bits.astype(bool), keep, err_msg=f"{name}: mask bits")
     expected = np.where(keep, x_sample * k.scale_for(p), np.float32(0))
     workbook.assert_close(y_host, expected, exact=True, name=name)
 
@@ -236,16 +237,16 @@ dy = cuda.to_device(host.standard_normal(rng, n))
 dx = cuda.device_array_like(dy)
 k.dropout_bitmask(x, p, seed, OFFSET, y, mask)
 k.dropout_naive(x, p, seed, y, byte_mask)
-dy_sample = dy.copy_to_host()[sample]
+dy_sample = device_check.at(dy, sample)
 torch_dy = workbook.bench.torch_view(dy)
 if torch_dy is not None:
     torch_keep = torch.native_dropout(torch_x, p, True)[1]
 
 
 def check_backward(out, _, name):
-    dx_host = workbook.check.to_host(out[0])[sample]
+    dx_host = device_check.at(out[0], sample)
     if name.startswith("naive"):
-        keep = byte_mask.copy_to_host()[sample].astype(bool)
+        keep = device_check.at(byte_mask, sample).astype(bool)
     else:
         keep = keep_sample
     expected = np.where(keep, dy_sample * k.scale_for(p), np.float32(0))
