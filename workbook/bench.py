@@ -513,12 +513,19 @@ def warm_up(functions, keep=()):
             _kept[id(function)] = (function, function())
         return call
 
-    _side_by_side([keeping(function) if id(function) in keep else function for function in functions])
+    calls = [keeping(function) if id(function) in keep else function for function in functions]
+    if ON_GPU and len(calls) == 1:  # nothing to compile beside it: called here (compare's background thread)
+        try:
+            calls[0]()
+        except Exception:  # noqa: BLE001  (the caller's own call raises it, where it belongs)
+            _kept.pop(id(functions[0]), None)
+        return
+    _side_by_side(calls)
 
 
 def _warmed_up(variants):
     """{name: outputs} of the variants called once already: by warm_up(keep=True) before, or here,
-    the others side by side (where there are two or more; the rest are called alone, by compare)."""
+    the others side by side (a lone one called as it is)."""
     def take():
         kept = {}
         for name, function in variants.items():

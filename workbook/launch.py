@@ -296,14 +296,20 @@ class LaunchCache:
         key = (what, signature, int(stream_handle(stream)) if stream else 0)
         entry = self.entries.get(key)
         if entry is not None:
-            self.entries.move_to_end(key)
+            try:
+                self.entries.move_to_end(key)
+            except KeyError:  # dropped by another thread in between (warm-ups side by side): still right
+                pass
             self.again(entry, scalars)
             return entry
         kernel, blocks, threads = plan()
         prepared = PreparedLaunch(kernel, blocks, threads, *args, stream=stream, keep_args=False, shared=shared)
         entry = self.entries[key] = [prepared, scalars]
         if len(self.entries) > self.size:
-            self.entries.popitem(last=False)
+            try:
+                self.entries.popitem(last=False)
+            except KeyError:  # emptied by another thread in between
+                pass
         prepared()
         return entry
 

@@ -46,7 +46,7 @@
 import numpy as np
 
 import workbook
-from workbook import bench, capability, cuda, timeline
+from workbook import bench, capability, cuda, host, timeline
 
 from chapters.ch02_dropout import kernels as drop
 from chapters.ch04_implicit_gemm import kernels as conv
@@ -116,22 +116,31 @@ g = conv.conv_geometry((BATCH, WIDTH, 8, 8), (WIDTH, WIDTH, 3, 3), 1, 1, 1)
 x_c = rng.standard_normal((g.N, g.C, g.H, g.W), dtype=np.float32)
 w_c = (rng.standard_normal((g.K, g.C, 3, 3)) * 0.1).astype(np.float32)
 dy_c = rng.standard_normal(g.out_shape, dtype=np.float32)
-dx_ref, dw_ref = L.conv2d_backward_reference(x_c, w_c, dy_c, 1, 1, 1)
 d_x, d_w, d_dy = cuda.to_device(x_c), cuda.to_device(w_c), cuda.to_device(dy_c)
 dx_out, dw_out = cuda.device_array_like(d_x), cuda.device_array_like(d_w)
+run_dgrad = lambda: L.conv2d_dgrad(d_dy, d_w, dx_out, padding=1, tile=nw.CAPSTONE_TILE)  # noqa: E731
+run_wgrad = lambda: L.conv2d_wgrad(d_x, d_dy, dw_out, padding=1)  # noqa: E731
+# a GPU compiles both gradients' kernels side by side, and the forward convolution's (the data
+# gradient's second launch) beside them, while this thread computes the float64 references; the
+# comparisons check the outputs of these calls
+warming = host.in_background(bench.warm_up, [run_dgrad, run_wgrad, lambda: conv.conv2d_implicit(
+    d_x, d_w, cuda.device_array(g.out_shape, np.float32), padding=1, tile=nw.CAPSTONE_TILE)],
+    keep=[run_dgrad, run_wgrad])
+dx_ref, dw_ref = L.conv2d_backward_reference(x_c, w_c, dy_c, 1, 1, 1)
+warming.result()
 rtol, atol = conv.tolerance(g.gemm_depth)
 flops = 2.0 * g.K * g.gemm_depth * g.gemm_columns  # one multiply-add per (output, c, r, s), as the forward
 baselines = {}
 if torch is not None:
     t_x, t_w, t_dy = (bench.torch_view(a) for a in (d_x, d_w, d_dy))
     baselines["torch conv2d_input (cuDNN)"] = lambda: torch.nn.grad.conv2d_input(t_x.shape, t_w, t_dy, padding=1)
-dgrad = chapter.compare("conv dgrad", {"flipped filters + implicit GEMM": lambda: L.conv2d_dgrad(
-    d_dy, d_w, dx_out, padding=1, tile=nw.CAPSTONE_TILE)}, reference=dx_ref.astype(np.float32),
-    baselines=baselines, flops=flops, size=f"N={g.N} C=K={g.K} 8x8 3x3",
-    check=lambda out, ref, name: workbook.assert_close(out, ref, rtol=rtol, atol=atol, name=name))
+dgrad = chapter.compare("conv dgrad", {"flipped filters + implicit GEMM": run_dgrad},
+                        reference=dx_ref.astype(np.float32), baselines=baselines, flops=flops,
+                        size=f"N={g.N} C=K={g.K} 8x8 3x3",
+                        check=lambda out, ref, name: workbook.assert_close(out, ref, rtol=rtol, atol=atol, name=name))
 if torch is not None:
     baselines = {"torch conv2d_weight (cuDNN)": lambda: torch.nn.grad.conv2d_weight(t_x, t_w.shape, t_dy, padding=1)}
-wgrad = chapter.compare("conv wgrad", {"split-K implicit GEMM": lambda: L.conv2d_wgrad(d_x, d_dy, dw_out, padding=1)},
+wgrad = chapter.compare("conv wgrad", {"split-K implicit GEMM": run_wgrad},
                         reference=dw_ref.astype(np.float32), baselines=baselines, flops=flops,
                         size=f"N={g.N} C=K={g.K} 8x8 3x3, {L.wgrad_slices(g)} depth slices",
                         check=lambda out, ref, name: workbook.assert_close(
@@ -179,6 +188,9 @@ check_batch, check_width, p_check = workbook.size(gpu=8, sim=3), workbook.size(g
 check_params = nw.init_parameters(check_width, seed=3)
 x_small = rng.standard_normal((check_batch, 1, 8, 8), dtype=np.float32)
 t_small = rng.integers(0, nw.CLASSES, check_batch).astype(np.int32)
+# a GPU compiles the step's kernels side by side first, on a network of the same shapes (a step is a
+# chain of launches, each compiling its kernel when it comes to it)
+workbook.warm_up(nw.Network(check_params, check_batch, p_drop=p_check).warm_ups())
 small = nw.Network(check_params, check_batch, p_drop=p_check, seed=99)
 small.set_step(7)  # the dropout offset: counter[0]
 small.load_batch(x_small, t_small)
@@ -403,6 +415,7 @@ HAS_MMA = capability.check(*mixed.NEEDS, what="mixed precision", instead="the mi
 # %%
 batch16 = workbook.size(gpu=check_batch, sim=2)
 if HAS_MMA:
+    workbook.warm_up(mixed.MixedNetwork(check_params, batch16, p_drop=p_check).warm_ups())  # as above
     small16 = mixed.MixedNetwork(check_params, batch16, p_drop=p_check, seed=99)
     small16.set_step(7)
     small16.load_batch(x_small[:batch16], t_small[:batch16])

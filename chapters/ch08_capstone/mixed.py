@@ -193,3 +193,7 @@ class MixedNetwork(Network):
     def predict(self, images, batch=None):
         self.half_weights()
         return super().predict(images, batch)
+
+    def warm_ups(self):
+        """Network's, with the calls a mixed step adds: the masters' casts, the gradients zeroed."""
+        return [self.half_weights, lambda: layers.zero(self.grads.flat), *super().warm_ups()]

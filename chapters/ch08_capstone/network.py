@@ -300,6 +300,39 @@ class Network:
         the step's launches one by one."""
         return StepGraph(self.step)
 
+    def warm_ups(self):
+        """The wrapper calls of a step, each on its own, for workbook.warm_up to make side by side:
+        a GPU then compiles their kernels at once, where a step, a chain of launches, compiles each
+        kernel when it comes to it. They leave this network's values meaningless: warm up a network
+        of the same shapes, not the one to be checked or trained."""
+        p, g, a = self.params, self.grads, self.a
+        calls = []
+        if self.data is not None:
+            calls.append(lambda: layers.gather_batch(*self.data, self.counter, self.steps_per_epoch,
+                                                     self.x.reshape(self.batch, IMAGE * IMAGE), self.targets))
+        for i in (1, 2, 3):  # as forward() and backward() call them
+            calls += [lambda i=i: self.convolve(i, self.x if i == 1 else a[i - 1], self.z[i]),
+                      lambda i=i: bn.batchnorm_relu_forward(
+                          self.z[i], p[f"bn{i}.gamma"], p[f"bn{i}.beta"], self.running[f"bn{i}.mean"],
+                          self.running[f"bn{i}.var"], a[i], self.mask[i], self.saved[i],
+                          identity=a[1] if i == 3 else None, momentum=BN_MOMENTUM, eps=EPS),
+                      lambda i=i: bn.batchnorm_relu_backward(
+                          self.d_a[i], self.mask[i], self.z[i], p[f"bn{i}.gamma"], self.saved[i], self.d_z[i],
+                          g[f"bn{i}.gamma"], g[f"bn{i}.beta"], d_identity=self.d_identity if i == 3 else None),
+                      lambda i=i: self.convolve_backward(i)]
+        return calls + [
+            lambda: layers.global_avg_pool(a[3], self.pooled),
+            lambda: drop.dropout_bitmask_counted(self.pooled.reshape(-1), self.p_drop, self.seed, self.counter,
+                                                 self.dropped.reshape(-1), self.drop_mask),
+            lambda: self.linear(self.dropped, self.logits),
+            lambda: ce.cross_entropy(self.logits, self.targets, self.losses, self.lse, self.loss, check_targets=False),
+            lambda: ce.cross_entropy_backward(self.logits, self.targets, self.lse, self.d_logits, check_targets=False),
+            self.linear_backward,
+            lambda: drop.dropout_backward_bitmask(self.d_dropped.reshape(-1), self.drop_mask, self.p_drop,
+                                                  self.d_pooled.reshape(-1)),
+            lambda: layers.global_avg_pool_backward(self.d_pooled, self.d_a[3]),
+            self.update]
+
     def losses_so_far(self, steps):
         """The losses of steps 0 .. steps-1 (kept on the GPU by end_step_kernel)."""
         history = self.history.copy_to_host()

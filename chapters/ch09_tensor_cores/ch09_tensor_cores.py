@@ -43,6 +43,7 @@ import workbook
 from workbook import bench, capability, cuda
 from workbook import tensor_cores as tc
 from workbook.check import to_host
+from workbook.host import in_background
 
 from chapters.ch04_implicit_gemm import kernels as fp32
 from chapters.ch09_tensor_cores import ceiling, naive, pipelined
@@ -166,6 +167,20 @@ workbook.show(pipelined.tf32_fragments)
 
 # %%
 CASES = {"naive": [(1, 1, 1), (31, 33, 17), (33, 31, 40)], "pipelined": [(1, 8, 8), (31, 136, 40), (129, 16, 8)]}
+
+
+def check_gemm(variant, precision, a, b):
+    """C (7s before) = A·B by `variant`, against the rounded float64 reference within the tolerance."""
+    (m, kd), n = a.shape, b.shape[1]
+    c = cuda.to_device(np.full((m, n), 7.0, np.float32))
+    k.gemm(cuda.to_device(a), cuda.to_device(b), c, variant=variant)
+    ref = k.gemm_reference(a, b, precision)
+    workbook.assert_close(c, ref.astype(np.float32), rtol=0,
+                          atol=float(np.nan_to_num(k.tolerance(a, b, precision)).max()),
+                          name=f"{variant} {precision} {m}x{n}x{kd}")
+
+
+gemm_checks = []
 for variant, cases in CASES.items():
     for m, n, kd in cases:
         for precision, dtype in (("tf32", np.float32), ("f16", np.float16)):
@@ -173,12 +188,10 @@ for variant, cases in CASES.items():
             b = rng.standard_normal((kd, n)).astype(dtype)
             if m > 2:
                 a[1, 0] = np.nan  # row 1 of C must be NaN, and only row 1
-            c = cuda.to_device(np.full((m, n), 7.0, np.float32))
-            k.gemm(cuda.to_device(a), cuda.to_device(b), c, variant=variant)
-            ref = k.gemm_reference(a, b, precision)
-            workbook.assert_close(c, ref.astype(np.float32), rtol=0,
-                                  atol=float(np.nan_to_num(k.tolerance(a, b, precision)).max()),
-                                  name=f"{variant} {precision} {m}x{n}x{kd}")
+            gemm_checks.append((variant, precision, a, b))
+workbook.warm_up([lambda case=case: check_gemm(*case) for case in gemm_checks])  # a GPU compiles them side by side
+for case in gemm_checks:
+    check_gemm(*case)
 print("naive and pipelined, TF32 and FP16: correct at", CASES)
 try:
     k.gemm(cuda.to_device(np.zeros((8, 12), np.float16)), cuda.to_device(np.zeros((12, 8), np.float16)),
@@ -204,11 +217,35 @@ t_a32, t_b32, t_a16, t_b16 = (bench.torch_view(x) for x in (d_a32, d_b32, d_a16,
 if torch is not None:
     torch.backends.cuda.matmul.allow_tf32 = True
 
+# The host's float64 work on these operands takes seconds at 4096^3: each reference and tolerance
+# is computed once (the wgmma comparisons below check against the same ones), in a thread of its
+# own from where it is first needed, beside the others and the GPU's warm-ups; a check waits for
+# it, and the checks come before anything is timed.
+_on_the_side = {}
+
+
+def on_the_side(function, *args):
+    """in_background(function, *args) the first time (arrays told apart by identity); its Future."""
+    key = (function, *(id(arg) if isinstance(arg, np.ndarray) else arg for arg in args))
+    if key not in _on_the_side:
+        _on_the_side[key] = in_background(function, *args)
+    return _on_the_side[key]
+
+
+def largest_tolerance(a, b, precision):
+    """The derived tolerance's largest element: the checks' atol."""
+    return float(k.tolerance(a, b, precision).max())
+
+
+def product_reference(precision, a, b):
+    """The product of the rounded inputs in float64, as float32: what a comparison checks against."""
+    return on_the_side(k.gemm_reference, a, b, precision).result().astype(np.float32)
+
 
 def checker(precision, a, b):
     """Tensor-core results against the rounded reference within the derived tolerance; chapter 04's
     FP32 result against the float32 product, within chapter 04's own tolerance."""
-    atol = float(k.tolerance(a, b, precision).max())
+    atol = on_the_side(largest_tolerance, a, b, precision)  # a Future: the checks wait for it
 
     def check(got, ref, name):
         if name.startswith("chapter 04"):
@@ -216,9 +253,9 @@ def checker(precision, a, b):
             workbook.assert_close(got, fp32.gemm_reference(a, b), rtol=rtol_fp32, atol=atol_fp32, name=name)
         elif precision == "f16" and name.startswith("torch"):  # cuBLAS writes FP16: one rounding more
             host = to_host(got).astype(np.float32)
-            workbook.assert_close(host, ref, rtol=2.0 ** -11, atol=atol, name=name)
+            workbook.assert_close(host, ref, rtol=2.0 ** -11, atol=atol.result(), name=name)
         else:
-            workbook.assert_close(got, ref, rtol=0, atol=atol, name=name)
+            workbook.assert_close(got, ref, rtol=0, atol=atol.result(), name=name)
     return check
 
 
@@ -227,7 +264,7 @@ tf32_result = chapter.compare(
     {"naive": lambda: k.gemm(d_a32, d_b32, out, variant="naive"),
      "pipelined": lambda: k.gemm(d_a32, d_b32, out),
      "chapter 04 FP32 (CUDA cores)": lambda: fp32.gemm(d_a32, d_b32, out)},
-    reference=lambda: k.gemm_reference(a32, b32, "tf32").astype(np.float32),
+    reference=lambda: product_reference("tf32", a32, b32),
     check=checker("tf32", a32, b32),
     baselines={"torch.matmul TF32 (cuBLAS)": lambda: torch.matmul(t_a32, t_b32)},
     flops=flops, size=f"{n}^3 float32",
@@ -237,7 +274,7 @@ f16_result = chapter.compare(
     "gemm f16",
     {"naive": lambda: k.gemm(d_a16, d_b16, out, variant="naive"),
      "pipelined": lambda: k.gemm(d_a16, d_b16, out)},
-    reference=lambda: k.gemm_reference(a16, b16, "f16").astype(np.float32),
+    reference=lambda: product_reference("f16", a16, b16),
     check=checker("f16", a16, b16),
     baselines={"torch.matmul FP16 (cuBLAS)": lambda: torch.matmul(t_a16, t_b16)},
     flops=flops, size=f"{n}^3 float16",
@@ -303,10 +340,9 @@ def wgmma_checker(precision, a, b):
     rest = checker(precision, a, b)
 
     def check(got, ref, name):
-        if name.startswith("wgmma") and precision == "tf32":
-            truncated = k.gemm_reference(a, b, "tf32-truncated").astype(np.float32)
-            workbook.assert_close(got, truncated, rtol=0, atol=float(k.tolerance(a, b, "tf32-truncated").max()),
-                                  name=name)
+        if name.startswith("wgmma") and precision == "tf32":  # the reference and the tolerance side by side
+            truncated, atol = (on_the_side(f, a, b, "tf32-truncated") for f in (k.gemm_reference, largest_tolerance))
+            workbook.assert_close(got, truncated.result().astype(np.float32), rtol=0, atol=atol.result(), name=name)
         else:
             rest(got, ref, name)
     return check
@@ -321,7 +357,7 @@ for precision, label, (da, db, dbt, ta, tbt, ah, bh) in (
         variants["wgmma (A·Bᵀ)"] = lambda da=da, dbt=dbt: k.gemm_bt(da, dbt, out)
     wgmma_results[precision] = chapter.compare(
         f"gemm {precision} wgmma", variants,
-        reference=lambda ah=ah, bh=bh, precision=precision: k.gemm_reference(ah, bh, precision).astype(np.float32),
+        reference=lambda ah=ah, bh=bh, precision=precision: product_reference(precision, ah, bh),
         check=wgmma_checker(precision, ah, bh),
         baselines={f"torch.matmul {label} A·Bᵀ (cuBLAS)": lambda ta=ta, tbt=tbt: torch.matmul(ta, tbt.T)},
         flops=flops, size=f"{n}^3 {'float32' if precision == 'tf32' else 'float16'}, B^T given",
@@ -354,18 +390,29 @@ CONV_CASES = [  # (x NHWC, w KRSC, stride, padding, dilation); tests/test_ch09_t
     ((2, 6, 5, 8), (9, 3, 2, 8), (2, 1), (1, 2), (2, 1)),
     ((1, 3, 3, 24), (33, 1, 1, 24), 1, 2, 1),  # C = 24: a step's depth is not a whole number of taps
 ]
+
+
+def check_conv(precision, x, w, stride, padding, dilation):
+    """The tensor-core convolution (out filled with 7s before) against the float64 reference."""
+    a, b, g = k.conv_as_gemm(x, w, stride, padding, dilation)
+    got = cuda.to_device(np.full((g.N, g.P, g.Q, g.K), 7.0, np.float32))
+    k.conv2d(cuda.to_device(x), cuda.to_device(w), got, stride=stride, padding=padding, dilation=dilation)
+    ref = k.conv_reference(x, w, precision, stride, padding, dilation)
+    workbook.assert_close(got, ref.astype(np.float32), rtol=0,
+                          atol=float(np.nan_to_num(k.tolerance(a, b, precision)).max()),
+                          name=f"conv {precision} x{x.shape} w{w.shape}")
+
+
+conv_checks = []
 for x_shape, w_shape, stride, padding, dilation in CONV_CASES:
     for precision, dtype in (("f16", np.float16), ("tf32", np.float32)):
         x = rng.standard_normal(x_shape).astype(dtype)
         w = rng.standard_normal(w_shape).astype(dtype)
         x[0, 1, 2, 3] = np.nan
-        a, b, g = k.conv_as_gemm(x, w, stride, padding, dilation)
-        got = cuda.to_device(np.full((g.N, g.P, g.Q, g.K), 7.0, np.float32))
-        k.conv2d(cuda.to_device(x), cuda.to_device(w), got, stride=stride, padding=padding, dilation=dilation)
-        ref = k.conv_reference(x, w, precision, stride, padding, dilation)
-        workbook.assert_close(got, ref.astype(np.float32), rtol=0,
-                              atol=float(np.nan_to_num(k.tolerance(a, b, precision)).max()),
-                              name=f"conv {precision} x{x_shape} w{w_shape}")
+        conv_checks.append((precision, x, w, stride, padding, dilation))
+workbook.warm_up([lambda case=case: check_conv(*case) for case in conv_checks])  # a GPU compiles them side by side
+for case in conv_checks:
+    check_conv(*case)
 print("conv2d, TF32 and FP16: correct, NaN where its windows reach, at", [c[:2] for c in CONV_CASES])
 try:
     k.conv2d(cuda.to_device(np.zeros((1, 4, 4, 12), np.float16)), cuda.to_device(np.zeros((8, 3, 3, 12), np.float16)),

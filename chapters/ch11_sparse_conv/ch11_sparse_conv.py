@@ -46,7 +46,7 @@ import time
 import numpy as np
 
 import workbook
-from workbook import bench, capability, cuda
+from workbook import bench, capability, cuda, host
 
 from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, onelaunch, scan, spconv_baseline, tensor
 from chapters.ch11_sparse_conv import reference as ref
@@ -176,7 +176,13 @@ chapter.record("taps a block runs", {"grouped by mask": fused.taps_per_tile(), "
 
 # %%
 rtol, atol = ref.tolerance(CHANNELS)
-for name, small in scan.TINY.items():
+# the scan's direct reference, in a thread of its own while the GPU works (NumPy lets go of Python's
+# lock): the comparison below waits for it, the check of the maps built in one launch reuses it
+direct = host.in_background(ref.submanifold_direct, coords, x, w)
+
+
+def check_tiny(name, small):
+    """Both variants against the dense definition on one of the tiny voxel sets."""
     small = np.asarray(small, np.int32)
     xs = ref.features(len(small), CHANNELS, seed=2)
     want = ref.submanifold_dense(small, xs, w)
@@ -186,13 +192,22 @@ for name, small in scan.TINY.items():
                            ("implicit GEMM", implicit.ImplicitGemm(small_pairs))):
         got = layer(cuda.to_device(xs), cuda.to_device(w), cuda.device_array((len(small), OUT_CHANNELS), np.float32))
         workbook.assert_close(got, want.astype(np.float32), rtol=rtol, atol=atol, name=f"{variant}, {name}")
-print("both variants equal the dense definition on:", ", ".join(scan.TINY))
+
 
 d_x, d_w = cuda.to_device(x), cuda.to_device(w)
 out_naive, out_fused = (cuda.device_array((N, OUT_CHANNELS), np.float32) for _ in range(2))
 variants = {"gather-GEMM-scatter: a GEMM a tap": lambda: gathered(d_x, d_w, out_naive),
             "implicit GEMM: gather fused, rows by mask": lambda: fused(d_x, d_w, out_fused),
             "implicit GEMM, rows in scan order": lambda: unsorted(d_x, d_w, out_fused)}
+# a GPU compiles the layers' kernels side by side first (a layer's call is a chain of launches, each
+# compiling its kernel when it comes to it): the tiny checks, the variants, and the GEMM that
+# gather-GEMM-scatter runs tap by tap (chapter 04's) on its own buffers
+workbook.warm_up([*(lambda case=case: check_tiny(*case) for case in scan.TINY.items()), *variants.values(),
+                  lambda: naive.gemm(gathered.gathered, d_w[0], gathered.products, splits=1)])
+for case in scan.TINY.items():
+    check_tiny(*case)
+print("both variants equal the dense definition on:", ", ".join(scan.TINY))
+
 baselines = {}
 if torch is not None:
     t_x, t_w = bench.torch_view(d_x), bench.torch_view(d_w)
@@ -213,7 +228,7 @@ if spconv is not None:
     baselines[SPCONV] = lambda: spconv_layer(t_x)
 comparison = chapter.compare(
     "submanifold 3x3x3 convolution", variants, baselines=baselines, flops=2.0 * pair_count * CHANNELS * OUT_CHANNELS,
-    reference=lambda: ref.submanifold_direct(coords, x, w).astype(np.float32),
+    reference=lambda: direct.result().astype(np.float32),
     check=lambda out, want, name: workbook.assert_close(out, want, rtol=rtol, atol=atol, name=name),
     size=f"N={N} C={CHANNELS} K={OUT_CHANNELS} pairs={pair_count}")
 if workbook.ON_GPU:
@@ -279,9 +294,18 @@ else:
 workbook.show(tensor.tensor_kernel)
 
 # %%
-x16, wt16 = tensor.to_half(x, w)
 on_tensor_cores = tensor.TensorImplicitGemm(pairs)
 out_tc = cuda.device_array((N, OUT_CHANNELS), np.float32)
+has_tensor_cores = capability.check(*tensor.NEEDS, what="the tensor-core convolution",
+                                    instead="its comparison is left out")
+if has_tensor_cores:
+    # the reference of the rounded values in a thread of its own, while a GPU compiles the weights'
+    # transpose and the layer's kernel side by side (the layer on stand-ins of its operands' types)
+    fp16_reference = host.in_background(ref.submanifold_direct, coords, x.astype(np.float16), w.astype(np.float16))
+    x16_like = cuda.device_array(x.shape, np.float16)
+    wt16_like = cuda.device_array((ref.TAPS, OUT_CHANNELS, CHANNELS), np.float16)
+    workbook.warm_up([lambda: tensor.to_half(x, w), lambda: on_tensor_cores(x16_like, wt16_like, out_tc)])
+x16, wt16 = tensor.to_half(x, w)
 baselines_fp16 = {}
 if torch is not None:
     t_x16, t_w16 = t_x.half(), t_w.half()
@@ -308,12 +332,12 @@ def check_fp16(out, want, name):
     workbook.assert_close(out, want, rtol=r, atol=a, name=name)
 
 
-if capability.check(*tensor.NEEDS, what="the tensor-core convolution", instead="its comparison is left out"):
+if has_tensor_cores:
     chapter.compare(
         "submanifold 3x3x3 convolution, FP16 on tensor cores",
         {"tensor cores: implicit GEMM, mma.sync": lambda: on_tensor_cores(x16, wt16, out_tc)},
         baselines=baselines_fp16, flops=2.0 * pair_count * CHANNELS * OUT_CHANNELS, check=check_fp16,
-        reference=lambda: ref.submanifold_direct(coords, x.astype(np.float16), w.astype(np.float16)).astype(np.float32),
+        reference=lambda: fp16_reference.result().astype(np.float32),
         size=f"N={N} C={CHANNELS} K={OUT_CHANNELS} pairs={pair_count}")
 
 # %% [markdown]
@@ -367,7 +391,7 @@ built_pairs, built_order, built_tiles = builder.build(d_coords)
 if not np.array_equal(built_pairs.neighbours.copy_to_host(), neighbours):
     raise AssertionError("the maps built in one launch differ from the separate kernels'")
 one_launch = implicit.ImplicitGemm(built_pairs, grouped=(built_order, built_tiles))
-workbook.assert_close(one_launch(d_x, d_w, out_fused), ref.submanifold_direct(coords, x, w).astype(np.float32),
+workbook.assert_close(one_launch(d_x, d_w, out_fused), direct.result().astype(np.float32),
                       rtol=rtol, atol=atol, name="implicit GEMM on the maps built in one launch")
 print(f"maps in one launch: {builder.blocks} blocks of {onelaunch.THREADS} threads; the same pair table, "
       "and the implicit GEMM on them equals the reference")

@@ -15,6 +15,8 @@ not the lesson.
 
 import numpy as np
 
+from workbook.host import by_rows
+
 SENSOR_HEIGHT = 1.8
 
 
@@ -36,22 +38,32 @@ def lidar_scan(beams=64, steps=2048, *, reach=60.0, walls=12.0, boxes=40, seed=0
     el, az = np.meshgrid(elevation, azimuth, indexing="ij")
     d = np.stack([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)], axis=-1).reshape(-1, 3)
     origin = np.array([0.0, 0.0, SENSOR_HEIGHT])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        hit = np.full(len(d), np.inf)
-        ground = -origin[2] / d[:, 2]
-        hit = np.where((ground > 0), np.minimum(hit, ground), hit)
-        for y in (-walls, walls):
-            t = (y - origin[1]) / d[:, 1]
-            hit = np.where(t > 0, np.minimum(hit, t), hit)
-        for lower, upper in _boxes(rng, boxes, reach):  # the slab test: entry = the largest near face
-            t1, t2 = (lower - origin) / d, (upper - origin) / d
-            near = np.nanmax(np.minimum(t1, t2), axis=1)
-            far = np.nanmin(np.maximum(t1, t2), axis=1)
-            enters = (near <= far) & (near > 0)
-            hit = np.where(enters, np.minimum(hit, near), hit)
+    hit = _first_hits(d, origin=origin, walls=walls, boxes=_boxes(rng, boxes, reach))
     keep = hit < reach
     noise = rng.normal(0, 0.01, (int(keep.sum()), 3))  # a centimetre of range noise
     return origin + d[keep] * hit[keep, None] + noise
+
+
+@by_rows  # a ray's hit depends on its own direction only: pieces of the rays on every core
+def _first_hits(d, *, origin, walls, boxes):
+    """How far along each ray d (P, 3) it first meets the ground, a wall or a box (inf: nothing)."""
+    d = np.ascontiguousarray(d.T)  # (3, P): an axis's components side by side, read at full speed
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hit = np.full(d.shape[1], np.inf)
+        ground = -origin[2] / d[2]
+        hit = np.where((ground > 0), np.minimum(hit, ground), hit)
+        for y in (-walls, walls):
+            t = (y - origin[1]) / d[1]
+            hit = np.where(t > 0, np.minimum(hit, t), hit)
+        for lower, upper in boxes:  # the slab test: entry = the largest near face
+            t1, t2 = (lower - origin)[:, None] / d, (upper - origin)[:, None] / d
+            # each ray's largest near face and smallest far face, NaN (0 / 0) left out as np.nanmax does
+            near, far = np.minimum(t1, t2), np.maximum(t1, t2)
+            near = np.fmax(np.fmax(near[0], near[1]), near[2])
+            far = np.fmin(np.fmin(far[0], far[1]), far[2])
+            enters = (near <= far) & (near > 0)
+            hit = np.where(enters, np.minimum(hit, near), hit)
+    return hit
 
 
 def voxelize(points, voxel=0.1):
