@@ -489,10 +489,11 @@ def _calls_within(budget_ms, call_ms):
     return max(2, int(budget_ms / max(call_ms, 1e-3)))
 
 
-def repeats_within(call_ms, repeats):
-    """A variant's repeats: `repeats`, or as many calls of call_ms as fit REPEATS_SECONDS where
-    fewer, but at least MIN_REPEATS (and never more than asked)."""
-    return min(repeats, max(MIN_REPEATS, int(REPEATS_SECONDS * 1e3 / max(call_ms, 1e-3))))
+def repeats_within(call_ms, repeats, seconds=None):
+    """A variant's repeats: `repeats`, or as many calls of call_ms as fit `seconds` (default
+    REPEATS_SECONDS) where fewer, but at least MIN_REPEATS (and never more than asked)."""
+    seconds = REPEATS_SECONDS if seconds is None else seconds
+    return min(repeats, max(MIN_REPEATS, int(seconds * 1e3 / max(call_ms, 1e-3))))
 
 
 _kept = {}  # id(function) -> (function, the outputs of its call): warm_up(keep=True)'s, until compare() takes them
@@ -555,7 +556,7 @@ def _check(name, output, reference, check):
 
 
 def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None, repeats=None,
-            flush=False, check=None, check_baselines=True, poison_outputs=True, title=""):
+            flush=False, check=None, check_baselines=True, poison_outputs=True, title="", seconds=None):
     """Check, then time, kernels that compute the same thing; see the module docstring.
 
     Before the checked call, the outputs of the warm-up call are poisoned (see poison()) and the
@@ -569,6 +570,8 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
     reference: the expected output(s), or a callable returning them (called once).
     check(out, ref, name): how to compare (default: assert_close); raises on a mismatch.
     bytes, flops: what one call must move and compute, counted by the caller.
+    seconds: about how long a slow variant's repeats may take (default REPEATS_SECONDS): more, for
+    a ratio of slow calls whose rounds vary (host-bound calls of a second).
     """
     baselines = dict(baselines or {}) if ON_GPU and optional_torch() is not None else {}
     # the kernels' warm-up calls: on a GPU, all at once, their kernels compiled side by side, each
@@ -613,7 +616,7 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
         unheld = {t.name for t in timings if t.synchronises}
         once = {t.name: float(t.times_ms[0]) for t in timings}  # the checked call, on the host's clock
         repeats = repeats or DEFAULT_REPEATS
-        counts = {name: repeats_within(ms, repeats) for name, ms in once.items()}
+        counts = {name: repeats_within(ms, repeats, seconds) for name, ms in once.items()}
         # slow calls, and calls that wait for the GPU themselves (their host cost is their wall
         # clock, which their unheld repeats measure): host cost and latency from the repeats
         host = {name: [] for name, ms in once.items() if ms >= SLOW_CALL_MS or name in unheld}
