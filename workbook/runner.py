@@ -150,20 +150,12 @@ def run_cells(script, cells_path=None):
     future = 0  # a `from __future__ import` holds for the cells after it, as in the whole script
     features = sum(getattr(__future__, name).compiler_flag for name in __future__.all_feature_names)
     rows = []
-    profile = _profiler(script)
     for index, (line, source) in enumerate(code_cells(script)):
         compiling, compiles, all_compiles = clock.seconds, clock.count, everywhere[0]
         started = time.perf_counter()
         code = compile(source, script, "exec", flags=future, dont_inherit=True)
         future |= code.co_flags & features
-        if profile is not None:
-            profile.enable()
-        try:
-            exec(code, module.__dict__)  # noqa: S102  (the chapter's own code)
-        finally:
-            if profile is not None:
-                profile.disable()
-                profile.dump_stats(Path(os.environ["WORKBOOK_PROFILE"]) / f"{Path(script).stem}.pstats")
+        exec(code, module.__dict__)  # noqa: S102  (the chapter's own code)
         row = {"cell": index, "line": line, "seconds": round(time.perf_counter() - started, 2)}
         count = max(clock.count - compiles, everywhere[0] - all_compiles)
         if count:
@@ -173,20 +165,6 @@ def run_cells(script, cells_path=None):
         if cells_path:
             Path(cells_path).write_text(json.dumps(rows))
     return rows
-
-
-def _profiler(script):
-    """A cProfile.Profile for the chapter's cells where WORKBOOK_PROFILE names a folder (its stats
-    go there as <chapter>.pstats, rewritten after every cell: `python -m pstats` reads them); else
-    None. The main thread only, and it slows Python-bound cells: a map of where time goes, not a
-    measurement."""
-    folder = os.environ.get("WORKBOOK_PROFILE")
-    if not folder:
-        return None
-    import cProfile
-
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    return cProfile.Profile()
 
 
 def _notebook_cell_times(executed, cells_path):
