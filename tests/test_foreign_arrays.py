@@ -422,6 +422,44 @@ def test_torch_tensors_take_the_short_path_when_met_again():
 
 
 @needs_torch
+def test_every_short_path_launches_what_the_full_path_did():
+    from chapters.ch03_amp_unscale import kernels as ch03
+    from chapters.ch04_implicit_gemm import implicit as ch04
+    from chapters.ch05_directives import kernels as ch05
+
+    def twice(module, call, fresh, expected):
+        """call() on the tensors twice, new data (fresh()) before the second: found, and right."""
+        call()
+        found = module._torch_calls.found
+        fresh()
+        got = call()
+        assert module._torch_calls.found == found + 1, module.__name__
+        torch.testing.assert_close(torch.as_tensor(got if not isinstance(got, tuple) else got[0], device="cuda"),
+                                   expected(), rtol=1e-5, atol=1e-5)
+
+    x, y = torch.randn(4096, device="cuda"), torch.empty(4096, device="cuda")
+    twice(ch00, lambda: ch00.copy_quads(x, y), lambda: x.copy_(torch.randn_like(x)), lambda: x)
+    logits, probabilities = torch.randn(8, 1000, device="cuda"), torch.empty(8, 1000, device="cuda")
+    twice(ch06, lambda: ch06.softmax(logits, probabilities), lambda: logits.copy_(torch.randn_like(logits)),
+          lambda: torch.softmax(logits, -1))
+    a, b, out = (torch.randint(0, 256, (64, 96), dtype=torch.uint8, device="cuda") for _ in range(3))
+    twice(ch05, lambda: ch05.merge(a, b, out), lambda: a.copy_(torch.randint_like(a, 0, 256)),
+          lambda: torch.as_tensor(ch05.merge_reference(a.cpu().numpy(), b.cpu().numpy()), device="cuda"))
+    images, filters = torch.randn(2, 8, 9, 9, device="cuda"), torch.randn(16, 8, 3, 3, device="cuda")
+    convolved = torch.empty(2, 16, 9, 9, device="cuda")
+    twice(ch04, lambda: ch04.conv2d_implicit(images, filters, convolved, padding=1),
+          lambda: images.copy_(torch.randn_like(images)),
+          lambda: torch.nn.functional.conv2d(images.cpu(), filters.cpu(), padding=1).cuda())  # no TF32 there
+    grads = [torch.randn(n, device="cuda") for n in (5, 4096, 33)]
+    listed = ch03.GradientList(grads)
+    found_inf, inv_scale = torch.zeros(1, device="cuda"), torch.full((1,), 0.5, device="cuda")
+    originals = [g.clone() for g in grads]
+    twice(ch03, lambda: ch03.unscale_fused(listed, found_inf, inv_scale),
+          lambda: [g.copy_(o) for g, o in zip(grads, originals)], lambda: torch.zeros(1, device="cuda"))
+    torch.testing.assert_close(grads[1], originals[1] * 0.5)
+
+
+@needs_torch
 def test_torch_memory_freed_and_reused_finds_the_same_view():
     n = 1 << 12
     x = torch.randn(n, device="cuda")

@@ -384,15 +384,17 @@ class TensorCalls:
         return kept
 
     def keep(self, key, entry, returns=(), owners=()):
-        """Keep the launch of a call that took the full path: `entry` from LaunchCache.launch,
-        `returns` the wrapper's return values (numba views of the tensors), `owners` the index in
-        the key's tensors of the tensor that each return value views."""
-        if key is None or entry is None:
+        """Keep the launch of a call that took the full path: `entry` from LaunchCache.launch (or a
+        tuple of them, the call's launches in their order), `returns` the wrapper's return values
+        (numba views of the tensors), `owners` the index in the key's tensors of the tensor that
+        each return value views."""
+        entries = entry if isinstance(entry, tuple) else (entry,)  # an entry itself is a list
+        if key is None or not entries or any(e is None for e in entries):
             return
         from .inputs import unheld
 
         try:
-            self.entries[key] = _Found(entry, tuple(map(unheld, returns)), tuple(owners))
+            self.entries[key] = _Found(entries, tuple(map(unheld, returns)), tuple(owners))
         except TypeError:  # an option that cannot be hashed: such calls take the full path
             return
         if len(self.entries) > self.size:
@@ -402,13 +404,16 @@ class TensorCalls:
 class _Found:
     """A kept call of TensorCalls: called with the scalars, it launches and returns the views."""
 
-    __slots__ = ("entry", "views", "owners")
+    __slots__ = ("entries", "views", "owners")
 
-    def __init__(self, entry, views, owners):
-        self.entry, self.views, self.owners = entry, views, owners
+    def __init__(self, entries, views, owners):
+        self.entries, self.views, self.owners = entries, views, owners
 
     def __call__(self, scalars, tensors):
+        """scalars: the one launch's, as LaunchCache.again takes them; None: every launch with the
+        scalars it had (a call whose options are all in its key)."""
         from .inputs import held
 
-        LaunchCache.again(self.entry, scalars)
+        for entry in self.entries:
+            LaunchCache.again(entry, entry[1] if scalars is None else scalars)
         return tuple(held(view, tensors[index]) for view, index in zip(self.views, self.owners))

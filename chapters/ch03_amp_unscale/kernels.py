@@ -29,6 +29,7 @@ Every kernel here is what the chapter shows and what tests/test_ch03_amp_unscale
 """
 
 import math
+import weakref
 
 import numpy as np
 
@@ -36,7 +37,7 @@ import workbook
 from workbook import cuda
 from workbook.host import each
 from workbook.inputs import require
-from workbook.launch import LaunchCache
+from workbook.launch import LaunchCache, TensorCalls
 
 GRAD_DTYPES = (np.float32, np.float16)  # gradients; the arithmetic is float32 for both
 
@@ -378,6 +379,7 @@ def unscale_per_tensor(grads, found_inf, inv_scale):
 
 
 _launches = LaunchCache()
+_torch_calls = TensorCalls()  # unscale_fused with torch flags met before: its launches (chapter 07)
 
 
 def unscale_fused(grads, found_inf, inv_scale, *, stream=0):
@@ -385,9 +387,17 @@ def unscale_fused(grads, found_inf, inv_scale, *, stream=0):
     through a cache of prepared launches: the same table and flags again cost the driver's launch,
     not numba's typing of three arrays (chapter 07). `stream`: where they go (a step captured into
     a graph, chapter 08, launches on its capture stream)."""
+    given = (found_inf, inv_scale)
+    # the list by a weak reference: found while it lives, never kept alive by the cache
+    listed = weakref.ref(grads) if isinstance(grads, GradientList) else None  # else: the full path says why
+    key = _torch_calls.key(("found_inf", "inv_scale"), given, listed, stream)
+    found = _torch_calls.find(key)
+    if found is not None:  # torch flags met before with this list, every check passed then
+        return found(None, given)[0], grads
     found_inf, inv_scale = _flag_args(grads, found_inf, inv_scale)
-    for (_, table), blocks in zip(grads.launches, grads.blocks):
-        _launches.launch(grads.kernel, blocks, THREADS_PER_BLOCK, (table, found_inf, inv_scale), stream=stream)
+    entries = tuple(_launches.launch(grads.kernel, blocks, THREADS_PER_BLOCK, (table, found_inf, inv_scale),
+                                     stream=stream) for (_, table), blocks in zip(grads.launches, grads.blocks))
+    _torch_calls.keep(key, entries, returns=(found_inf,), owners=(0,))
     return found_inf, grads
 
 

@@ -113,7 +113,8 @@ launches = LaunchCache()
 
 
 def launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0):
-    """Launch `kernel(*args, c3)` with `splits` (None: split_count's choice); returns the splits used."""
+    """Launch `kernel(*args, c3)` with `splits` (None: split_count's choice); returns the launch
+    cache's entries of its launches (for launch.TensorCalls)."""
     if splits is None:
         splits = split_count(tile, rows, columns, depth)
     elif splits != "stream" and (not isinstance(splits, (int, np.integer)) or not 1 <= splits <= MAX_SPLITS):
@@ -121,9 +122,10 @@ def launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0)
     blocks = grid_blocks(tile, rows, columns, depth, splits)
     steps = math.ceil(depth / tile.BK)
     share = math.ceil(math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM) * steps / blocks)
+    entries = ()
     if share % steps:  # some tile's depth is shared between blocks: their partial sums add up in c
         flat = c3.reshape(-1)
-        launches.launch(zero_kernel, min(sm_count() * 8, math.ceil(flat.size / 256)), 256, (flat,), stream=stream)
-    launches.launch(kernel, blocks, tile.threads, (*args, c3), stream=stream)
-    return splits
+        entries += (launches.launch(zero_kernel, min(sm_count() * 8, math.ceil(flat.size / 256)), 256, (flat,),
+                                    stream=stream),)
+    return (*entries, launches.launch(kernel, blocks, tile.threads, (*args, c3), stream=stream))
 

@@ -23,7 +23,7 @@ from numba import cuda, uint8, vectorize
 from workbook import ON_GPU
 from workbook.host import by_rows
 from workbook.inputs import require, sm_count
-from workbook.launch import LaunchCache
+from workbook.launch import LaunchCache, TensorCalls
 
 THREADS_PER_BLOCK = 256  # 1-D kernels (merge)
 BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, the most an H100 SM holds at once
@@ -226,6 +226,7 @@ BLUR_KERNELS = {"2d": blur_2d_kernel, "tile": blur_tile_kernel}
 # and packing of every argument (chapter 07).
 
 _launches = LaunchCache()
+_torch_calls = TensorCalls()  # merge on torch tensors met before: one launch (chapter 07)
 
 
 def check_image(array, name, *, device=True, like=None):
@@ -257,11 +258,17 @@ def merge_on_host_arrays(a, b, out):
 
 def merge(a, b, out, stream=0):
     """3. Our kernel on device arrays: no transfer at all."""
+    given = (a, b, out)
+    key = _torch_calls.key(("a", "b", "out"), given, stream)
+    found = _torch_calls.find(key)
+    if found is not None:  # torch tensors met before, every check passed then: the same launch
+        return found(None, given)[0]
     a = check_image(a, "a")
     b = check_image(b, "b", like=a)
     out = check_image(out, "out", like=a)
-    _launches.launch(merge_kernel, merge_blocks(a.size), THREADS_PER_BLOCK,
-                     (a.reshape(a.size), b.reshape(b.size), out.reshape(out.size)), stream=stream)
+    entry = _launches.launch(merge_kernel, merge_blocks(a.size), THREADS_PER_BLOCK,
+                             (a.reshape(a.size), b.reshape(b.size), out.reshape(out.size)), stream=stream)
+    _torch_calls.keep(key, entry, returns=(out,), owners=(2,))
     return out
 
 
