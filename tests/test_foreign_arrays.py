@@ -269,6 +269,35 @@ def test_tensor_calls_find_a_call_again_from_its_tensors(views, monkeypatch):
     assert calls.key(("a", "b"), (a, b), 0.5) is None  # the simulator: every call takes the full path
 
 
+def test_tensor_calls_relaunch_every_launch_of_a_call(views, monkeypatch):
+    # a call of several launches (a zeroing kernel and a GEMM), each with the scalars it had
+    from workbook import launch
+
+    monkeypatch.setattr(launch, "ON_GPU", True)
+    x = TorchLike(np.zeros(8, np.float32))
+    view = require(x, "x")
+    launched = []
+
+    class Prepared:
+        def __init__(self, name):
+            self.name = name
+
+        def set(self, index, value):
+            launched.append((self.name, "set", index, value))
+
+        def __call__(self):
+            launched.append(self.name)
+
+    calls = launch.TensorCalls()
+    key = calls.key(("x",), (x,), "options")
+    calls.keep(key, ([Prepared("zero"), (None,)], [Prepared("gemm"), (None, 3, 4.0)]), returns=(view,), owners=(0,))
+    (out,) = calls.find(calls.key(("x",), (x,), "options"))(None, (x,))
+    assert launched == ["zero", "gemm"]  # in their order, no scalar stored again
+    assert out.__dict__.get("gpu_data", out).__dict__["_owner"] is x
+    calls.keep(calls.key(("x",), (x,), "other"), ([Prepared("zero"), (None,)], None), returns=(view,), owners=(0,))
+    assert calls.find(calls.key(("x",), (x,), "other")) is None  # a launch that was not cached: never kept
+
+
 # ---------------------------------------------------------------------------------------------
 # The wrappers on foreign arrays: the same answers, the views found again at the next call
 

@@ -231,12 +231,13 @@ if workbook.ON_GPU and torch is not None:
 # - autograd's rules: a tensor that requires grad is refused (pass `x.detach()`), as torch's own
 #   interface refuses it.
 #
-# The relu and dropout wrappers go one step shorter for a call they have met before: `TensorCalls`
-# (workbook/launch.py) reads those same five of every tensor first, with the wrapper's options (p
-# and seed for dropout), and finds the whole call: its checks passed then, and the memory, layouts
-# and options that picked its kernel and grid are the same, so what is left is the launch (a new
-# Philox offset stored into it) and the views it returns. The first call with new tensors takes the
-# full path: every check, the views, the launch cache.
+# The chapters' main wrappers (the copy, relu, dropout, unscale, convolution, merge and softmax) go
+# one step shorter for a call they have met before: `TensorCalls` (workbook/launch.py) reads those
+# same five of every tensor first, with the wrapper's options (p and seed for dropout), and finds
+# the whole call: its checks passed then, and the memory, layouts and options that picked its
+# kernels and grids are the same, so what is left is the launches (a new Philox offset stored into
+# dropout's) and the views it returns. The first call with new tensors takes the full path: every
+# check, the views, the launch cache.
 #
 # Host cost per call of each wrapper on torch tensors, against torch's op on the same tensors (and,
 # on an H100 or H200, chapter 09's wgmma GEMM at a small size, FP16):
