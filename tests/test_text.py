@@ -85,3 +85,34 @@ def test_typed_figures_agree_with_the_stored_results(chapter):
     assert not drifted, ("figures typed into the text that no stored result holds (put them in the chapter's "
                          "`chapter.lesson(...)` from the results, or in EXPERIMENTS.md with their date):\n"
                          + "\n".join(drifted))
+
+
+# ---------------------------------------------------------------------------------------------
+# The front page and the pages it points to
+
+PAGES = [results.ROOT / "README.md", results.ROOT / "results" / "README.md", results.ROOT / "tools" / "README.md",
+         *sorted((results.ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_the_front_page_is_a_newcomers_page():
+    lines = (results.ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 120, f"README.md has {len(lines)} lines: the manuals belong in docs/"
+    text = "\n".join(lines)
+    assert 'pip install -e ".[dev,compile,capstone]"' in text and "python -m pytest -n auto" in text
+    for page in ("docs/simulator.md", "docs/teaching.md", "docs/architecture.md", "results/README.md",
+                 "tools/README.md"):
+        assert f"]({page})" in text, f"README.md does not point to {page}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(results.ROOT)))
+def test_every_relative_link_of_a_page_leads_somewhere(page):
+    broken = [target for target in LINK.findall(page.read_text())
+              if "://" not in target and not (page.parent / target).exists()]
+    assert not broken, f"{page.name}: links to nothing: {broken}"
+
+
+def test_every_tool_has_a_row():
+    listed = (results.ROOT / "tools" / "README.md").read_text()
+    tools = [p.name for p in (results.ROOT / "tools").iterdir() if p.suffix in (".py", ".sh")]
+    assert not [name for name in tools if f"`{name}`" not in listed], "tools/README.md misses a script"

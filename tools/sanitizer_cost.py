@@ -4,7 +4,7 @@ of 3, interleaved; the compile hook off, so that only the simulation is timed.
 
     python tools/sanitizer_cost.py [ch03 ...] [--store]   # --store: results/sanitizer_cost.json
 
-A maintainer's tool: the README's figure for the sanitizer's cost comes from its stored run.
+A maintainer's tool: docs/simulator.md's figure for the sanitizer's cost comes from its stored run.
 """
 
 import json

@@ -2,7 +2,7 @@
 
     python -m workbook info                 mode, device, versions, and (on a GPU) the copy ceiling
     python -m workbook run [ch00 ch01 ...]  run chapters headless, every check asserted; summary table
-    python -m workbook table [--markdown]   the summary of stored GPU results (--readme: into README.md)
+    python -m workbook table [--markdown]   the summary of stored GPU results (--readme: into results/README.md)
     python -m workbook notebooks [--check]  write each chapter's .ipynb from its .py (or check they agree)
     python -m workbook exercises [chNN ...] the progress table of your exercises (--solutions: of solutions.py)
     python -m workbook handout DIR          a copy of the workbook for students: no solutions.py
@@ -209,7 +209,7 @@ def main(argv=None):
     table_parser = commands.add_parser("table", help="summary of stored GPU results")
     table_parser.add_argument("--device", default=results.REFERENCE_DEVICE)
     table_parser.add_argument("--markdown", action="store_true")
-    table_parser.add_argument("--readme", action="store_true", help="write it into README.md")
+    table_parser.add_argument("--readme", action="store_true", help="write it into results/README.md")
     table_parser.set_defaults(func=table)
     nb_parser = commands.add_parser("notebooks", help="chapters' .ipynb from their .py (jupytext)")
     nb_parser.add_argument("chapters", nargs="*")

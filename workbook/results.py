@@ -24,7 +24,7 @@ from . import MODE
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
-REFERENCE_DEVICE = "nvidia-h200"  # the GPU the README's figures come from (results/nvidia-h100-80gb-hbm3/: a second device)
+REFERENCE_DEVICE = "nvidia-h200"  # the GPU the results' figures come from (results/nvidia-h100-80gb-hbm3/: a second device)
 
 
 def _version(package):
