@@ -153,7 +153,16 @@ def plot(events, title="", axis=None):
     axis.set(xlabel="microseconds", title=title)
     axis.invert_yaxis()
     axis.grid(axis="x", alpha=0.3)
+    from matplotlib.patches import Patch
+
+    kinds = [kind for kind in COLOURS if any(e["kind"] == kind for e in events)]
+    if kinds:  # what each colour is, for the kinds drawn
+        axis.legend(handles=[Patch(color=COLOURS[kind], alpha=0.85 if kind != "range" else 0.35, label=LABELS[kind])
+                             for kind in kinds], loc="upper right", fontsize=7, framealpha=0.8)
     return figure
+
+
+LABELS = {"kernel": "kernel (GPU)", "copy": "copy (GPU)", "launch": "launch call (host)", "range": "named range (host)"}
 
 
 def figure(recorded, title):

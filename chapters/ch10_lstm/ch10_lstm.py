@@ -413,10 +413,11 @@ chapter.savefig(profiling.figure(recorded, f"T=8 B={small_batch} H={HIDDEN}"), "
 # %% [markdown]
 # Launched call by call, each step's range (grey, top) is mostly the host: the wrappers check
 # their arguments and pick a schedule, the launches (orange) go out one by one, and the GPU's
-# kernels (blue) are short marks with long gaps between them: the GPU waits for the host. As one
-# graph the host issues one launch for the whole forward, and the same kernels run back to back:
-# the forward takes what its kernels take. That is the fused LSTM's "host-bound" in a picture; the
-# persistent kernel removes the launches in another way, by not making them.
+# kernels (blue) can start only as their launches arrive: wherever the stream's row is empty, the
+# GPU waits for the host (the line printed above says how long each row was busy). As one graph the
+# host issues one launch for the whole forward, and the same kernels run back to back: the forward
+# takes what its kernels take. That is the fused LSTM's "host-bound" in a picture; the persistent
+# kernel removes the launches in another way, by not making them.
 
 # %% [markdown]
 # ## What the numbers mean

@@ -417,9 +417,9 @@ if workbook.ON_GPU:
 # tables above (`spconv_baseline.py`): its `SubMConv3d` in inference mode, which is its own implicit
 # GEMM over a pair table with masks (float32 without TF32, its default; FP16 with float32 sums),
 # and its map build (`get_indice_pairs_implicit_gemm`), on the same sites, features and weights.
-# It is not a dependency of the workbook: the GPU machine has no network and takes at most 64 MiB
-# of files a run, so `tools/spconv_bundle.sh` packs its wheels again with xz (40 MB instead of 98:
-# its one large library is kernels for many GPUs, which xz squeezes far better than a wheel's zip).
+# It is not a dependency of the workbook: install the spconv 2.x wheel that matches your CUDA
+# (`pip install spconv-cu126`, say) to see it here; without it the cell below says why, and the
+# chapter goes on with torch's baseline alone.
 
 # %%
 print("spconv 2.x: " + ("in the tables above" if spconv is not None else spconv_missing))
