@@ -45,7 +45,12 @@ def summary_rows(chapter_ids, slug, base=None):
         timed = record if record["stamp"]["mode"] == "gpu" else _load(chapter_id, results.REFERENCE_DEVICE)
         timed_cases = {case["key"]: case for case in (timed or {}).get("cases", [])}
         keys = [case["key"] for case in record["cases"]]
-        for case in record["cases"]:
+        cases = [(case, False) for case in record["cases"]]
+        if timed is not record:  # the simulator: the reference GPU's cases it did not run (other sizes)
+            stored_keys = [case["key"] for case in timed_cases.values()]
+            cases += [(case, True) for case in (timed or {}).get("cases", [])
+                      if case["key"] not in keys and stored_keys.count(case["key"]) == 1]
+        for case, stored_only in cases:
             if keys.count(case["key"]) > 1:
                 continue  # the points of a sweep: the chapter's plot shows them
             timed_case = timed_cases.get(case["key"], {})
@@ -56,7 +61,9 @@ def summary_rows(chapter_ids, slug, base=None):
                 rate = tables.fmt(t.get("tflops"), ".2f", " TFLOP/s") if t.get("tflops") else tables.fmt(
                     t.get("gbps"), ".0f", " GB/s")
                 rows.append({
-                    "chapter": chapter_id, "case": f"{case['key']} ({timed_case.get('size') or case['size']})",
+                    "chapter": chapter_id, "case": case["key"] + (f" ({size})" if (size := timed_case.get("size")
+                                                                                    or case["size"]) else ""),
+                    "timed": bool(t), "stored only": stored_only,
                     "kernel": row["variant"] + (" (baseline)" if row["kind"] == "baseline" else ""),
                     "correct": {None: "-", True: "yes", False: "NO"}[row["correct"]],
                     "time": tables.fmt(t.get("median_ms"), ".4g", " ms"), "rate": rate,
@@ -93,6 +100,13 @@ def summary(console, chapter_ids, slug, base=None):
     for row in rows:
         by_case.setdefault(f"{row['chapter']} {row['case']}", []).append(row)
     for case, case_rows in by_case.items():  # a table per case: its title heads it, and 100 columns fit
+        if not any(row["timed"] for row in case_rows):  # the simulator's sizes or variants only: no figures
+            correct = sum(row["correct"] == "yes" for row in case_rows)
+            console.print(f"[bold]{case}[/]: {correct} of {len(case_rows)} correct here; the reference GPU ran "
+                          "other sizes or variants (their tables follow the chapter's)")
+            continue
+        if case_rows[0]["stored only"]:
+            case += " [dim](the reference GPU's run, not the simulator's)[/]"
         table = Table(title=case, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
         for column in shown:
             table.add_column(SHORT_HEADERS.get(column, column), justify="left" if column == "kernel" else "right",

@@ -1,0 +1,38 @@
+"""The main job's summary in the simulator: the reference GPU's figures beside this run's checks."""
+
+import io
+import json
+
+from rich.console import Console
+
+from workbook import report, results
+
+
+def _chapter(mode, cases):
+    return {"stamp": {"mode": mode}, "bars": [], "cases": [
+        {"key": key, "size": size, "rows": [{"variant": v, "kind": "kernel", "correct": True, "median_ms": ms}
+                                            for v, ms in rows]} for key, size, rows in cases]}
+
+
+def test_a_simulator_run_shows_no_table_without_figures(tmp_path, monkeypatch):
+    # the simulator ran a case at its own size (batch 3); the reference GPU ran batch 64 and a case
+    # the simulator shares with it
+    sim = _chapter("sim", [("forward, batch 3", "B=3", [("naive", None), ("fused", None)]),
+                           ("shared case", "n=8", [("fused", None)])])
+    gpu = _chapter("gpu", [("forward, batch 64", "B=64", [("naive", 9.0), ("fused", 1.5)]),
+                           ("shared case", "n=2^28", [("fused", 0.5)])])
+    (tmp_path / "sim").mkdir()
+    (tmp_path / "sim" / "ch99.json").write_text(json.dumps(sim))
+    monkeypatch.setattr(report, "_load", lambda chapter, slug, base=None:
+                        sim if slug == "sim" else gpu if slug == results.REFERENCE_DEVICE else None)
+    rows, _ = report.summary_rows(["ch99"], "sim", tmp_path)
+    assert [(r["case"], r["kernel"], r["timed"], r["stored only"]) for r in rows] == [
+        ("forward, batch 3 (B=3)", "naive", False, False), ("forward, batch 3 (B=3)", "fused", False, False),
+        ("shared case (n=2^28)", "fused", True, False),
+        ("forward, batch 64 (B=64)", "naive", True, True), ("forward, batch 64 (B=64)", "fused", True, True)]
+    out = io.StringIO()
+    report.summary(Console(file=out, width=100), ["ch99"], "sim", tmp_path)
+    text = " ".join(out.getvalue().split())  # the titles wrap at the console's width
+    assert "ch99 forward, batch 3 (B=3): 2 of 2 correct here" in text  # one line, not a table of dashes
+    assert "forward, batch 64 (B=64) (the reference GPU's run, not the simulator's)" in text
+    assert "9 ms" in text and "0.5 ms" in text
