@@ -133,8 +133,7 @@ class Chapter:
         payload = {"chapter": self.id, "title": self.title, "stamp": results.stamp(),
                    "cases": self.cases, "bars": self.bars, "figures": self.figures, "records": self.records}
         path = results.save_json(self.id, payload)
-        print(f"saved {path}")
-        return path
+        print(f"saved {path}")  # nothing returned: a notebook's last line would echo it
 
     # -- figures for the text: never typed by hand ------------------------------------------------
 
@@ -181,7 +180,8 @@ class Chapter:
     def lesson(self, text, **figures):
         """Show the chapter's closing text with its measured figures filled in (str.format fields:
         `{speedup:.2f}`), each from this run on a GPU or from the stored GPU results in the
-        simulator, so that no figure in it is typed by hand. Markdown in Jupyter, text elsewhere."""
+        simulator, so that no figure in it is typed by hand. Markdown in Jupyter, text elsewhere;
+        nothing returned (a notebook would show the text a second time, as its cell's value)."""
         stamp = self.figures_source()["stamp"]
         origin = ("this run" if ON_GPU else "the stored run") + f" on {stamp['device']}, {stamp['date'][:10]}"
         body = f"*Figures from {origin}.*\n\n" + text.strip().format(**figures)
@@ -191,11 +191,10 @@ class Chapter:
 
             if get_ipython() is not None:
                 display(Markdown(body))
-                return body
+                return
         except ImportError:
             pass
         print(body)
-        return body
 
     def show_stored(self, key):
         """Print the stored GPU result for case `key`, if the repository has one."""
