@@ -196,6 +196,28 @@ class Chapter:
             pass
         print(body)
 
+    def show_figures(self, figures):
+        """The measured figures a chapter's closing bullets point to, a row each, so that the bullets
+        themselves hold no figure that could age: {label: (format, read)}, read() returning the
+        figure (self.figure(...) calls, or a ratio of two), format a str.format spec ("{:.1f} ms").
+        From this run on a GPU, from the stored GPU run in the simulator; a figure neither has reads
+        "not measured here" (a GPU without the instruction, a run without torch)."""
+        try:
+            stamp = self.figures_source()["stamp"]
+            origin = ("this run" if ON_GPU else "the stored run") + f" on {stamp['device']}, {stamp['date'][:10]}"
+        except LookupError:
+            origin = "no GPU run yet"
+        rows = []
+        for label, (spec, read) in figures.items():
+            try:
+                rows.append((label, spec.format(read())))
+            except (LookupError, TypeError, ZeroDivisionError):
+                rows.append((label, "not measured here"))
+        width = max(len(label) for label, _ in rows) if rows else 0
+        print(f"Figures from {origin}:")
+        for label, value in rows:
+            print(f"  {label:<{width}}  {value}")
+
     def show_stored(self, key):
         """Print the stored GPU result for case `key`, if the repository has one."""
         if not self.stored:

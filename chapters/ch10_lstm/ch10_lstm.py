@@ -421,123 +421,67 @@ chapter.savefig(profiling.figure(recorded, f"T=8 B={small_batch} H={HIDDEN}"), "
 
 # %% [markdown]
 # ## What the numbers mean
+#
+# - **Launches, not arithmetic, set the naive LSTM's time.** It issues 14 launches a step a layer,
+#   the fused one 2 (and one big GEMM a layer) for the same arithmetic, and the GPU waits for every
+#   launch the host has not made yet: the fused call costs its host as long as it takes.
+# - **The persistent kernel** issues one launch a layer and reads W_hh (4H x H floats) from memory
+#   once a sequence instead of once a step. A block multiplies a few batch rows at a time, a warp
+#   per weight row, three block barriers a chunk: its time grows with the batch, and at batch 64
+#   most of it is waiting. It is the structure, made correct, not yet fast.
+# - **The wavefront kernel** is the same structure made fast: every layer in one launch, T + L - 1
+#   grid barriers where the persistent kernel has T x L, both weight matrices read from memory once.
+#   At batch 64 a block takes only the batch rows its shared memory holds beside the weights, so a
+#   step is several passes over them, where cuDNN's GEMMs have rows enough to fill the GPU.
+# - **Layer by layer, each step a tiled GEMM**, is the variant for a large batch; each of its T x L
+#   steps costs a barrier, the staging of h and a block's latency whatever the batch, so small
+#   batches belong to the wavefront.
+# - **The streams LSTM** replayed as one graph runs the layers side by side, but every step of every
+#   layer is still three kernels, each a launch's worth of work, where the persistent kernels run one.
+# - **FP16 on tensor cores**: at batch 1 a step is latency (the barrier, the loads, the cell) and the
+#   tensor cores change little; at batch 8 the float32 wavefront's passes over its weights become one
+#   n-tile of mma; at batch 64 the accumulators bound the rows a block takes. cuDNN's FP16 LSTM waits
+#   for the GPU inside its call, so it is timed with its host's waits. Rounding h and the weights to
+#   11 significant bits moves the outputs from the exact LSTM by the amount printed below.
+#
+# The figures these bullets point to:
 
 # %%
 _persistent, _fused, _naive = ("persistent: W_hh in shared memory", "fused: hoisted input GEMM, fused cell",
                                "naive: 2 GEMMs a gate a step")
-_wavefront = "wavefront: every layer in one kernel"
+_wavefront, _cudnn = "wavefront: every layer in one kernel", "torch.nn.LSTM (cuDNN)"
 _layerwise, _streams = "layer by layer: each step a tiled GEMM", "streams: layers side by side, one CUDA graph"
-_cudnn = "torch.nn.LSTM (cuDNN)"
-_traffic = chapter.figure("recurrent weight bytes read per layer")
+_slow_case = f"LSTM forward, batch 64, first {workbook.size(gpu=SLOW_STEPS, sim=32)} steps"  # the reference GPU's
+_traffic = "recurrent weight bytes read per layer"
 
 
-_SLOW_STEPS = workbook.size(gpu=SLOW_STEPS, sim=32)  # the reference GPU's, in the simulator
-_SLOW_CASE = f"LSTM forward, batch 64, first {_SLOW_STEPS} steps"
+def _ms(batch, variant, fp16=False):
+    return lambda: chapter.figure(f"LSTM forward{' in FP16' if fp16 else ''}, batch {batch}", variant)
 
 
-def _ms(batch, variant):
-    return chapter.figure(f"LSTM forward, batch {batch}", variant)
-
-
-def _slow(variant):
-    return chapter.figure(_SLOW_CASE, variant)
-
-
-def _wavefront_text():
-    """The wavefront's bullet, from the figures; a line instead where it did not run (a GPU without
-    an H100's shared memory)."""
-    try:
-        chunk = _traffic["wavefront: batch rows a block takes at once, batch 64"]
-        w = {batch: _ms(batch, _wavefront) for batch in (1, 8, 64)}
-    except (KeyError, LookupError):
-        return "- **The wavefront kernel** did not run here: this GPU cannot hold its weights on chip (above)."
-    return f"""- **The wavefront kernel** is the same structure made fast (EXPERIMENTS.md has the steps between
-  the two): {w[1]:.2f} ms at batch 1, {_ms(1, _cudnn) / w[1]:.1f}x cuDNN's speed, and {w[8]:.2f} ms at batch 8
-  ({_ms(8, _cudnn) / w[8]:.1f}x). One launch for the forward, {_traffic["steps"] + _traffic["layers"] - 1} grid
-  barriers where the persistent kernel has {_traffic["steps"] * _traffic["layers"]}, both weight matrices read
-  from memory once. At batch 64 it takes {w[64]:.0f} ms, {_ms(64, _cudnn) / w[64]:.2f} of cuDNN's speed: a block
-  takes {chunk} batch rows at a time (what its shared memory holds beside the weights), so a step is
-  {-(-64 // chunk)} passes over the weights, where cuDNN's GEMMs have enough rows to fill the GPU."""
-
-
-def _layerwise_text():
-    """The layer-by-layer and streams bullets, from the figures; a line instead where the stored run
-    has none of them."""
-    try:
-        lw = {batch: _ms(batch, _layerwise) for batch in (1, 8, 64)}
-        st = {batch: _ms(batch, _streams) for batch in (1, 8, 64)}
-    except (KeyError, LookupError):
-        return "- **Layer by layer, and streams**: no stored GPU figures for them yet."
-    try:
-        wave = f", against the wavefront's {_ms(64, _wavefront):.0f} ms"
-    except (KeyError, LookupError):
-        wave = ""
-    steps = _traffic["steps"] * _traffic["layers"]
-    return f"""- **Layer by layer, each step a tiled GEMM**, is the variant for a large batch: {lw[64]:.1f} ms at
-  batch 64, {_ms(64, _cudnn) / lw[64]:.2f} of cuDNN's speed{wave}. At batch 1 and 8 it takes {lw[1]:.1f} and
-  {lw[8]:.1f} ms: its {steps} steps cost it {1e3 * lw[1] / steps:.1f} us each at batch 1, barrier, staging
-  and a block's worth of latency whatever the batch, so small batches belong to the wavefront.
-- **The streams LSTM** replayed as one graph takes {st[1]:.1f} ms at batch 1 and {st[64]:.1f} at 64
-  ({_ms(64, _cudnn) / st[64]:.2f} of cuDNN's speed): the layers do run side by side, but every step
-  of every layer is still three kernels, each a launch's worth of work on the GPU, where the
-  persistent kernels run one."""
-
-
-def _half_text():
-    """The FP16 bullet, from the figures; a line instead where the stored run has none."""
-    try:
-        fp16 = {batch: chapter.figure(f"LSTM forward in FP16, batch {batch}", _half) for batch in (1, 8, 64)}
-        cudnn16 = {batch: chapter.figure(f"LSTM forward in FP16, batch {batch}", "torch.nn.LSTM FP16 (cuDNN)")
-                   for batch in (1, 8, 64)}
-        off = chapter.figure("largest difference to float64, batch 1")
-        fp32 = {batch: min(_ms(batch, v) for v in (_wavefront, _layerwise)) for batch in (1, 8, 64)}
-        cudnn16_host = chapter.figure("LSTM forward in FP16, batch 64", "torch.nn.LSTM FP16 (cuDNN)", "host_us") / 1e3
-        rows, kb = _traffic["FP16: batch rows a block takes at once, batch 64"], _traffic["FP16: weight bytes a block"] // 1024
-        passes8 = -(-8 // _traffic["wavefront: batch rows a block takes at once, batch 64"])
-    except (KeyError, LookupError):
-        if not workbook.capability.supports("mma.sync.f16"):
-            return "- **FP16 on tensor cores**: not on this GPU (" + workbook.capability.message("mma.sync.f16") + ")."
-        return "- **FP16 on tensor cores**: no stored GPU figures for it yet."
-    return f"""- **FP16 on tensor cores** takes {fp16[1]:.2f} / {fp16[8]:.2f} / {fp16[64]:.1f} ms at batch 1 / 8 / 64: against
-  the fastest float32 kernel ({fp32[1]:.2f} / {fp32[8]:.2f} / {fp32[64]:.1f} ms), {fp32[1] / fp16[1]:.1f}x /
-  {fp32[8] / fp16[8]:.1f}x / {fp32[64] / fp16[64]:.1f}x its speed. At batch 1 a step is latency (the barrier, the
-  loads, the cell) and the tensor cores change little; at batch 8 the float32 wavefront's {passes8} passes
-  over its weights become one n-tile of mma; at batch 64 a block takes {rows} batch rows at a time (what
-  its accumulators hold), so a step is {-(-64 // rows)} passes over its {kb} KB of
-  FP16 weights in shared memory. cuDNN's FP16 LSTM took {cudnn16[1]:.1f} / {cudnn16[8]:.1f} / {cudnn16[64]:.1f} ms:
-  its call waits for the GPU inside and costs its host {cudnn16_host:.0f} ms at batch 64, so here it is timed
-  with its host waits (EXPERIMENTS.md times its kernels alone). FP16 moves the outputs
-  {off["FP16 wavefront"]:.1g} from the exact LSTM at batch 1, against {off["float32 wavefront"]:.1g} for float32: what
-  rounding h and the weights to 11 significant bits costs here."""
-
-
-chapter.lesson("""
-- **Launches, not arithmetic, set the naive LSTM's time**: {naive:.0f} ms for the first {slow_steps} steps
-  at batch 64 against {fused:.0f} ms fused ({fused_speedup:.1f}x) for the same arithmetic, and
-  {slow_persistent:.0f} ms for the persistent kernel. The naive LSTM issues 14 launches a step a layer,
-  the fused one 2 (and one big GEMM a layer), and the GPU waits for each: the fused call costs its
-  host {fused_host:.0f} ms, against {fused:.0f} ms of GPU time.
-- **The persistent kernel** issues one launch a layer and reads W_hh from memory once per sequence
-  ({once:.1f} MB a layer, against {every:.0f} MB over {steps} steps when every step reads it). At
-  batch 1 a step of a layer takes it {step1:.1f} us: the whole forward {p1:.1f} ms against cuDNN's
-  {c1:.1f} ({s1:.2f} of cuDNN's speed). Its time grows with the batch ({p8:.1f} ms at 8, {p64:.0f} at 64,
-  against {c8:.1f} and {c64:.1f}): a block multiplies {chunk} batch rows at a time, a warp per weight
-  row, three block barriers a chunk, so at batch 64 most of its time is spent waiting, not
-  multiplying. It is correct, and it is the structure, but it is slower than cuDNN.
-{wavefront}
-{layerwise}
-{fp16}
-""",
-    naive=_slow(_naive), fused=_slow(_fused), fused_speedup=_slow(_naive) / _slow(_fused),
-    slow_persistent=_slow(_persistent), slow_steps=_SLOW_STEPS,
-    fused_host=chapter.figure(_SLOW_CASE, _fused, "host_us") / 1e3,
-    once=_traffic["persistent: W_hh once"] / 1e6, every=_traffic["fused: W_hh every step"] / 1e6,
-    steps=_traffic["steps"], chunk=persistent.CHUNK,
-    step1=1e3 * _ms(1, _persistent) / (_traffic["steps"] * _traffic["layers"]),
-    p1=_ms(1, _persistent), c1=_ms(1, _cudnn), s1=_ms(1, _cudnn) / _ms(1, _persistent),
-    p8=_ms(8, _persistent), c8=_ms(8, _cudnn), p64=_ms(64, _persistent), c64=_ms(64, _cudnn),
-    wavefront=_wavefront_text(), layerwise=_layerwise_text(), fp16=_half_text(),
-)
+chapter.show_figures({
+    f"{_slow_case}: naive": ("{:.0f} ms", lambda: chapter.figure(_slow_case, _naive)),
+    f"{_slow_case}: fused": ("{:.0f} ms", lambda: chapter.figure(_slow_case, _fused)),
+    "  fused vs naive (speed-up)": ("{:.1f}x", lambda: chapter.figure(_slow_case, _naive)
+                                    / chapter.figure(_slow_case, _fused)),
+    "  fused: host cost of a call": ("{:.0f} ms", lambda: chapter.figure(_slow_case, _fused, "host_us") / 1e3),
+    "W_hh read a layer: once (persistent) / every step (fused)": (
+        "{}", lambda: f"{chapter.figure(_traffic, 'persistent: W_hh once') / 1e6:.1f} MB / "
+                      f"{chapter.figure(_traffic, 'fused: W_hh every step') / 1e6:.0f} MB"),
+    **{f"batch {b}: {name}": ("{:.2f} ms", _ms(b, variant)) for b in (1, 8, 64)
+       for name, variant in (("persistent", _persistent), ("wavefront", _wavefront), ("layer by layer", _layerwise),
+                             ("streams, one graph", _streams), ("cuDNN", _cudnn))},
+    "wavefront: batch rows a block takes at once, batch 64": (
+        "{}", lambda: chapter.figure(_traffic, "wavefront: batch rows a block takes at once, batch 64")),
+    **{f"batch {b}: FP16 on tensor cores / cuDNN FP16": (
+        "{}", lambda b=b: f"{_ms(b, _half, True)():.2f} / {_ms(b, 'torch.nn.LSTM FP16 (cuDNN)', True)():.2f} ms")
+       for b in (1, 8, 64)},
+    "FP16: batch rows a block takes at once, batch 64": (
+        "{}", lambda: chapter.figure(_traffic, "FP16: batch rows a block takes at once, batch 64")),
+    "largest difference to float64 at batch 1: FP16 / float32 wavefront": (
+        "{}", lambda: "{FP16 wavefront:.1g} / {float32 wavefront:.1g}".format(
+            **chapter.figure("largest difference to float64, batch 1"))),
+})
 
 # %% [markdown]
 # ## Exercises you can check
