@@ -426,105 +426,67 @@ print("spconv 2.x: " + ("in the tables above" if spconv is not None else spconv_
 
 # %% [markdown]
 # ## What the numbers mean
+#
+# - **The scan is sparse, and its voxels are surfaces**: a site has a minority of the 27 neighbours a tap
+#   could reach. A dense 3x3x3 convolution would multiply 27 taps at every voxel of the grid; the
+#   sparse one multiplies the pairs the table lists.
+# - **The hash table** is sized at a low load, so an insert takes about one probe and a lookup is
+#   one or two reads of L2.
+# - **Gather-GEMM-scatter** is three launches a tap, and the pairs' features pass through global
+#   memory three more times than the arithmetic needs.
+# - **The implicit GEMM** is one launch: the gather inside the tile loads, each output row written
+#   once. Grouped by their tap masks, a block's rows share their taps, so a block runs few of the 27
+#   where rows in scan order make it run most of them.
+# - **On tensor cores** the same implicit GEMM multiplies FP16 features and weights with FP32 sums.
+# - **The maps** are built once per active set, and every submanifold layer of a network runs on
+#   them. Built kernel by kernel, most of their time is launches, allocations and the copy that
+#   empties the table; in one cooperative launch into buffers kept from the last build, what is
+#   left is the work.
+#
+# The figures these bullets point to (spconv 2.x's where it was installed):
 
 # %%
-_case = "submanifold 3x3x3 convolution"
+_case, _fp16 = "submanifold 3x3x3 convolution", "submanifold 3x3x3 convolution, FP16 on tensor cores"
 _naive, _fused, _scan_order = ("gather-GEMM-scatter: a GEMM a tap", "implicit GEMM: gather fused, rows by mask",
                                "implicit GEMM, rows in scan order")
+_maps_case = "maps for one active set"
 
 
-def _maps_text():
-    case = "maps for one active set"
-    try:
-        rulebook_ms = chapter.figure(case, "hash + pair table + rulebook (gather-GEMM-scatter)")
-        grouped_ms = chapter.figure(case, "hash + pair table + rows grouped by mask (implicit GEMM)")
-        one_ms = chapter.figure(case, ONE_LAUNCH)
-    except LookupError:
-        return "- **The maps, apart**: no stored GPU figures for them as built now (in one launch) yet."
-    try:
-        theirs = f"; spconv's build takes {chapter.figure(case, SPCONV_MAPS):.2f} ms"
-    except LookupError:
-        theirs = ""
-    return f"""- **The maps, apart**: {rulebook_ms:.1f} ms to build the hash table, the pair table and the
-  rulebook; {grouped_ms:.1f} ms for the hash table, the pair table and the rows grouped by mask, of
-  which the work is a small part: launches, allocations and the copy that empties the table are the
-  rest. In one launch, into buffers kept from the last build, the same maps take {one_ms:.2f} ms{theirs}.
-  A layer takes {chapter.figure(_case, _fused):.2f} ms; a network builds the maps once per active set and
-  runs every submanifold layer on them."""
+def _maps(key):
+    return lambda: chapter.figure("maps")[key]
 
 
-def _spconv_text():
-    try:
-        theirs = chapter.figure(_case, SPCONV)
-    except LookupError:
-        return "- **spconv 2.x**: no stored GPU figures for it yet."
-    ours = chapter.figure(_case, _fused)
-    return f"""- **spconv 2.x**'s own implicit GEMM takes {theirs:.2f} ms on the same layer in float32: ours runs at
-  {theirs / ours:.2f} of its speed."""
+def _taps(key):
+    return lambda: chapter.figure("taps a block runs")[key]
 
 
-def _grouping_text():
-    try:
-        taps = chapter.figure("taps a block runs")
-        grouped = taps["grouped by mask"]
-    except (LookupError, KeyError):
-        return "the rows grouped by mask on the GPU have no stored GPU figures yet"
-    return (f"grouped by their tap masks, a block's rows share their taps: a block runs {grouped:.1f} of the 27 "
-            f"taps, against {taps['scan order']:.1f} in scan order ({chapter.figure(_case, _scan_order):.2f} ms)")
-
-
-def _tensor_text():
-    case = "submanifold 3x3x3 convolution, FP16 on tensor cores"
-    if not capability.supports(*tensor.NEEDS):
-        return "- **On tensor cores**: not on this GPU (see above)."
-    try:
-        ours = chapter.figure(case, "tensor cores: implicit GEMM, mma.sync")
-    except LookupError:
-        return "- **On tensor cores**: no stored GPU figures for the FP16 kernel yet."
-    theirs = []
-    for name, label in (("torch FP16: index_select, mm, index_add_", "torch's gather-GEMM-scatter"),
-                        ("spconv 2.x FP16: SubMConv3d", "spconv's implicit GEMM")):
-        try:
-            theirs.append(f"{chapter.figure(case, name):.2f} ms for {label}")
-        except LookupError:
-            pass
-    theirs = f", against {' and '.join(theirs)} in FP16" if theirs else ""
-    return f"""- **On tensor cores** (FP16 features and weights, FP32 sums) the implicit GEMM takes {ours:.2f} ms{theirs},
-  and {chapter.figure(_case, _fused) / ours:.1f}x the float32 one's speed."""
-
-
-def _lesson():
-    maps_facts = chapter.figure("maps")
-    try:
-        torch_text = f", and the same gather-GEMM-scatter in torch {chapter.figure(_case, 'torch: index_select, mm, index_add_'):.2f} ms"
-    except LookupError:
-        torch_text = ""
-    chapter.lesson("""
-- **The scan is sparse, and its voxels are surfaces**: {sites} active sites, {neighbours:.1f}
-  neighbours a site on average of 27. A dense 3x3x3 convolution would multiply 27 taps at every
-  voxel of the grid; the sparse one multiplies {pairs} pairs.
-- **The hash table** holds the {sites} keys at a load of {load:.2f}: an insert takes {probes:.2f}
-  probes on average and {most} at most, so a lookup is one or two reads of L2.
-- **Gather-GEMM-scatter** takes {naive_ms:.2f} ms{torch}: each tap is three launches and the pairs'
-  features pass through global memory three more times than the arithmetic needs.
-- **The implicit GEMM** takes {fused_ms:.2f} ms, {speedup:.1f}x faster: one launch, the gather
-  inside the tile loads, each output row written once; {grouping}.
-{spconv}
-{tensor}
-{maps}
-""",
-        sites=maps_facts["sites"], neighbours=maps_facts["mean neighbours a site"], pairs=maps_facts["pairs"],
-        load=maps_facts["load factor"], probes=maps_facts["mean probes"], most=maps_facts["largest probe count"],
-        naive_ms=chapter.figure(_case, _naive), torch=torch_text, fused_ms=chapter.figure(_case, _fused),
-        speedup=chapter.figure(_case, _naive) / chapter.figure(_case, _fused), grouping=_grouping_text(),
-        maps=_maps_text(), tensor=_tensor_text(), spconv=_spconv_text(),
-    )
-
-
-try:
-    _lesson()
-except LookupError as why:  # a chapter not yet run on a GPU: no stored figures to fill the text
-    print(f"(the lesson's figures come from a GPU run: {why})")
+chapter.show_figures({
+    "active sites": ("{}", _maps("sites")),
+    "neighbours a site, on average (of 27)": ("{:.1f}", _maps("mean neighbours a site")),
+    "pairs multiplied": ("{}", _maps("pairs")),
+    "hash table: load, mean probes, most probes": (
+        "{}", lambda: "{load factor:.2f}, {mean probes:.2f}, {largest probe count}".format(**chapter.figure("maps"))),
+    "gather-GEMM-scatter": ("{:.2f} ms", lambda: chapter.figure(_case, _naive)),
+    "the same in torch": ("{:.2f} ms", lambda: chapter.figure(_case, "torch: index_select, mm, index_add_")),
+    "implicit GEMM, rows grouped by mask": ("{:.2f} ms", lambda: chapter.figure(_case, _fused)),
+    "  speed-up over gather-GEMM-scatter": ("{:.1f}x", lambda: chapter.figure(_case, _naive)
+                                            / chapter.figure(_case, _fused)),
+    "implicit GEMM, rows in scan order": ("{:.2f} ms", lambda: chapter.figure(_case, _scan_order)),
+    "taps a block runs: grouped / scan order (of 27)": (
+        "{}", lambda: f"{_taps('grouped by mask')():.1f} / {_taps('scan order')():.1f}"),
+    "spconv 2.x, float32": ("{:.2f} ms", lambda: chapter.figure(_case, SPCONV)),
+    "  ours, as a fraction of its speed": ("{:.2f}", lambda: chapter.figure(_case, SPCONV)
+                                           / chapter.figure(_case, _fused)),
+    "FP16 on tensor cores": ("{:.3f} ms", lambda: chapter.figure(_fp16, "tensor cores: implicit GEMM, mma.sync")),
+    "  torch's gather-GEMM-scatter, FP16": ("{:.2f} ms", lambda: chapter.figure(
+        _fp16, "torch FP16: index_select, mm, index_add_")),
+    "  spconv 2.x, FP16": ("{:.3f} ms", lambda: chapter.figure(_fp16, "spconv 2.x FP16: SubMConv3d")),
+    "maps kernel by kernel: rulebook / rows grouped by mask": ("{}", lambda: "{:.1f} / {:.1f} ms".format(
+        chapter.figure(_maps_case, "hash + pair table + rulebook (gather-GEMM-scatter)"),
+        chapter.figure(_maps_case, "hash + pair table + rows grouped by mask (implicit GEMM)"))),
+    "maps in one launch": ("{:.2f} ms", lambda: chapter.figure(_maps_case, ONE_LAUNCH)),
+    "spconv 2.x's map build": ("{:.2f} ms", lambda: chapter.figure(_maps_case, SPCONV_MAPS)),
+})
 
 # %% [markdown]
 # ## Exercises you can check
