@@ -506,98 +506,75 @@ chapter.bar("conv N=32 C=K=256 56x56 3x3: wgmma FP16 vs chapter 04's FP32 implic
 
 # %% [markdown]
 # ## What the numbers mean
+#
+# - **The naive kernel** issues an mma every few hundred cycles and spends the rest on scattered
+#   2- and 4-byte loads, each A element fetched by every warp of its row of tiles.
+# - **The pipelined kernel**: each element crosses global memory once per block, the copies of the
+#   next two steps fly while the warps multiply, and an ldmatrix hands a warp a whole fragment without
+#   bank conflicts. TF32 on tensor cores against chapter 04's FP32 GEMM, tuned for the CUDA cores,
+#   costs an error of the order printed below, from rounding the inputs.
+# - **The ceiling**: mma.sync alone, operands in registers, is what the pipelined kernels aim at.
+#   cuBLAS uses the H100's own instruction, wgmma (a warpgroup of 4 warps, operands straight from
+#   shared memory), which mma.sync cannot match.
+# - **Where the rest goes**: Nsight Compute finds the tensor pipe idle between mma instructions for a
+#   good part of the run, the warps waiting on the instruction before, on the barrier and on the
+#   copies (`EXPERIMENTS.md` has the counts). Two blocks of 4 warps share an SM, limited by registers
+#   (128 accumulators a thread) and shared memory alike.
+# - **wgmma** (where the GPU has it): the warps no longer load fragments, the tensor cores read the
+#   swizzled tiles themselves, and a warp's instructions between two wgmma are the next copies and
+#   one barrier.
+# - **The convolution**, channels last, gathers with nothing but 16-byte copies; against the GEMM it
+#   pays the integer work of each chunk's address and edge tests, and it writes FP32, twice the bytes
+#   of cuDNN's FP16 output.
+# - **Exactness**: FP16 inputs are what they are, so an FP16 GEMM is exact up to the FP32
+#   accumulation; TF32 rounds float32 inputs to 10 mantissa bits (wgmma truncates them: its own
+#   reference truncates too). Neither is float32 arithmetic: a check against a float32 reference must
+#   round as the kernel does, or it either fails correct kernels or passes wrong ones.
+#
+# The figures these bullets point to:
 
 # %%
-_peak = chapter.figure("mma.sync ceiling (TFLOP/s)")
+def _tf(case, variant):
+    return lambda: chapter.figure(case, variant, "tflops")
 
 
-def _wgmma_text():
-    """The wgmma bullet, and the end of the convolution's, where this GPU (or the stored one) has wgmma."""
-    if not HAS_WGMMA:
-        return "- **wgmma**: not on this GPU (see above); the figures here are mma.sync's.", ""
-    w16 = chapter.figure("gemm f16 wgmma", "wgmma (A·Bᵀ)", "tflops")
-    figures = dict(
-        w16=w16, w32=chapter.figure("gemm tf32 wgmma", "wgmma (A·Bᵀ)", "tflops"),
-        w16_of=chapter.figure("GEMM 4096^3 FP16: wgmma (B^T given) vs cuBLAS FP16 on the same (fraction of its speed)"),
-        w32_of=chapter.figure("GEMM 4096^3 TF32: wgmma (B^T given) vs cuBLAS TF32 on the same (fraction of its speed)"),
-        w16_vs_peak=w16 / _peak["mma.sync f16"],
-        pipe16_of_peak=chapter.figure("gemm f16", "pipelined", "tflops") / _peak["mma.sync f16"],
-        wconv16=chapter.figure("conv f16", "wgmma FP16", "tflops"),
-        wconv16_of=chapter.figure("conv N=32 C=K=256 56x56 3x3 FP16: wgmma vs cuDNN FP16 channels last (fraction of its speed)"),
-        wconv_vs_fp32=chapter.figure("conv N=32 C=K=256 56x56 3x3: wgmma FP16 vs chapter 04's FP32 implicit GEMM (speed-up)"),
-    )
-    gemm = """- **wgmma** reaches {w16:.0f} TFLOP/s in FP16 ({w16_of:.2f} of cuBLAS on the same A·Bᵀ) and {w32:.0f}
-  in TF32 ({w32_of:.2f}); in FP16 that is {w16_vs_peak:.2f} of mma.sync's ceiling above, where the
-  pipelined kernel reaches {pipe16_of_peak:.2f}. The warps no longer
-  load fragments: the tensor cores read the swizzled tiles themselves, and a warp's instructions
-  between two wgmma are the next copies and one barrier."""
-    conv = """ On wgmma, the same gather feeds {wconv16:.0f} TFLOP/s
-  ({wconv16_of:.2f} of cuDNN, {wconv_vs_fp32:.1f}x chapter 04's FP32)."""
-    return gemm.format(**figures), conv.format(**figures)
+def _of(case, variant, other):
+    return lambda: chapter.figure(case, variant, "tflops") / chapter.figure(case, other, "tflops")
 
 
-_wgmma_gemm, _wgmma_conv = _wgmma_text()
-chapter.lesson(
-    """
-- **The naive kernel** runs at {naive16:.0f} TFLOP/s in FP16 and {naive32:.0f} in TF32: an mma
-  every few hundred cycles, the rest of the time spent on scattered 2- and 4-byte loads, each A
-  element fetched by every warp of its row of tiles.
-- **The pipelined kernel** reaches {pipe16:.0f} TFLOP/s in FP16 ({of16:.2f} of cuBLAS's
-  {cublas16:.0f}) and {pipe32:.0f} in TF32 ({of32:.2f} of cuBLAS's {cublas32:.0f}, its B transpose
-  included): {speed16:.0f}x and {speed32:.0f}x the naive kernel. Each element now crosses global
-  memory once per block, the copies of the next two steps fly while the warps multiply, and an
-  ldmatrix hands a warp a whole fragment without bank conflicts.
-- **Against the CUDA cores**: chapter 04's FP32 GEMM, tuned for them, runs at {fp32:.0f} TFLOP/s on
-  the same data; TF32 on tensor cores is {vs_fp32:.1f}x that, for an error of about {tf32_err:.0e}
-  of the product from rounding the inputs (measured above, K = 1024).
-- **The ceiling**: mma.sync alone, operands in registers, runs at {peak16:.0f} TFLOP/s (FP16) and
-  {peak32:.0f} (TF32) here, {peak16_of:.2f} and {peak32_of:.2f} of cuBLAS. cuBLAS uses the
-  H100's own instruction, wgmma (a warpgroup of 4 warps, operands straight from shared memory), which
-  mma.sync cannot match; the pipelined kernels reach {pipe16_of_peak:.2f} and {pipe32_of_peak:.2f}
-  of mma.sync's ceiling.
-- **Where the rest goes**: Nsight Compute finds the tensor pipe idle between mma instructions for a
-  good part of the run, the warps waiting on the fixed latency of the instruction before, on the
-  barrier, and on the copies (`EXPERIMENTS.md` has the counts and the variants tried). Two blocks of
-  4 warps share an SM, limited by registers (128 accumulators a thread) and shared memory alike.
-{wgmma}
-- **The convolution** with mma.sync runs at {conv16:.0f} TFLOP/s in FP16 ({conv16_of:.2f} of
-  cuDNN's {cudnn16:.0f}) and {conv32:.0f} in TF32 ({conv32_of:.2f} of cuDNN's {cudnn32:.0f}), and
-  {conv_vs_fp32:.1f}x chapter 04's FP32 implicit GEMM on the same layer. Channels last, its gather
-  is nothing but 16-byte copies; against the GEMM it pays the integer work of each chunk's address
-  and edge tests (`EXPERIMENTS.md` counts the instructions), and it writes its output in FP32,
-  twice the bytes of cuDNN's FP16 output.{wgmma_conv}
-- **Exactness**: FP16 inputs are what they are, so an FP16 GEMM is exact up to the FP32
-  accumulation; TF32 rounds float32 inputs to 10 mantissa bits (wgmma truncates them: its own
-  reference truncates too). Neither is float32 arithmetic: a
-  check against a float32 reference must round as the kernel does, or it either fails correct
-  kernels or passes wrong ones.
-""",
-    naive16=chapter.figure("gemm f16", "naive", "tflops"), naive32=chapter.figure("gemm tf32", "naive", "tflops"),
-    pipe16=chapter.figure("gemm f16", "pipelined", "tflops"), pipe32=chapter.figure("gemm tf32", "pipelined", "tflops"),
-    cublas16=chapter.figure("gemm f16", "torch.matmul FP16 (cuBLAS)", "tflops"),
-    cublas32=chapter.figure("gemm tf32", "torch.matmul TF32 (cuBLAS)", "tflops"),
-    of16=chapter.figure("gemm f16", "pipelined", "speedup_vs_baseline"),
-    of32=chapter.figure("gemm tf32", "pipelined", "speedup_vs_baseline"),
-    speed16=chapter.figure("gemm f16", "pipelined", "speedup_vs_first"),
-    speed32=chapter.figure("gemm tf32", "pipelined", "speedup_vs_first"),
-    fp32=chapter.figure("gemm tf32", "chapter 04 FP32 (CUDA cores)", "tflops"),
-    vs_fp32=chapter.figure("gemm tf32", "pipelined", "tflops") / chapter.figure("gemm tf32", "chapter 04 FP32 (CUDA cores)", "tflops"),
-    tf32_err=chapter.figure("TF32 input rounding, K=1024 (relative error)", "TF32 vs float32 inputs"),
-    peak16=_peak["mma.sync f16"], peak32=_peak["mma.sync tf32"],
-    peak16_of=_peak["mma.sync f16"] / chapter.figure("gemm f16", "torch.matmul FP16 (cuBLAS)", "tflops"),
-    peak32_of=_peak["mma.sync tf32"] / chapter.figure("gemm tf32", "torch.matmul TF32 (cuBLAS)", "tflops"),
-    pipe16_of_peak=chapter.figure("gemm f16", "pipelined", "tflops") / _peak["mma.sync f16"],
-    pipe32_of_peak=chapter.figure("gemm tf32", "pipelined", "tflops") / _peak["mma.sync tf32"],
-    conv16=chapter.figure("conv f16", "tensor cores FP16", "tflops"),
-    conv32=chapter.figure("conv tf32", "tensor cores TF32", "tflops"),
-    cudnn16=chapter.figure("conv f16", "cuDNN FP16 channels last", "tflops"),
-    cudnn32=chapter.figure("conv tf32", "cuDNN TF32 channels last", "tflops"),
-    conv16_of=chapter.figure("conv f16", "tensor cores FP16", "tflops") / chapter.figure("conv f16", "cuDNN FP16 channels last", "tflops"),
-    conv32_of=chapter.figure("conv tf32", "tensor cores TF32", "tflops") / chapter.figure("conv tf32", "cuDNN TF32 channels last", "tflops"),
-    conv_vs_fp32=chapter.figure("conv f16", "chapter 04 FP32 implicit (CUDA cores)", "median_ms")
-    / chapter.figure("conv f16", "tensor cores FP16", "median_ms"),
-    wgmma=_wgmma_gemm, wgmma_conv=_wgmma_conv,
-)
+def _of_ceiling(case, precision):
+    return lambda: chapter.figure(case, "pipelined", "tflops") / chapter.figure("mma.sync ceiling (TFLOP/s)",
+                                                                               f"mma.sync {precision}")
+
+
+_cublas = {"f16": "torch.matmul FP16 (cuBLAS)", "tf32": "torch.matmul TF32 (cuBLAS)"}
+chapter.show_figures({
+    **{f"GEMM 4096^3 {p.upper().replace('F16', 'FP16')}: {name}": ("{:.0f} TFLOP/s", _tf(f"gemm {p}", variant))
+       for p in ("f16", "tf32") for name, variant in (("naive", "naive"), ("pipelined", "pipelined"),
+                                                       ("cuBLAS", _cublas[p]))},
+    **{f"  pipelined {p.upper().replace('F16', 'FP16')}: of cuBLAS / of mma.sync's ceiling": ("{}", lambda p=p: "{:.2f} / {:.2f}".format(
+        _of(f"gemm {p}", "pipelined", _cublas[p])(), _of_ceiling(f"gemm {p}", p)())) for p in ("f16", "tf32")},
+    "chapter 04's FP32 GEMM on the CUDA cores": ("{:.0f} TFLOP/s", _tf("gemm tf32", "chapter 04 FP32 (CUDA cores)")),
+    "  TF32 pipelined vs it (speed-up)": ("{:.1f}x", _of("gemm tf32", "pipelined", "chapter 04 FP32 (CUDA cores)")),
+    "  TF32 input rounding, K=1024 (relative error)": ("{:.0e}", lambda: chapter.figure(
+        "TF32 input rounding, K=1024 (relative error)", "TF32 vs float32 inputs")),
+    "mma.sync ceiling: FP16 / TF32": ("{}", lambda: "{:.0f} / {:.0f} TFLOP/s".format(
+        *(chapter.figure("mma.sync ceiling (TFLOP/s)", f"mma.sync {p}") for p in ("f16", "tf32")))),
+    **{f"wgmma {p.upper().replace('F16', 'FP16')} (B^T given)": ("{:.0f} TFLOP/s", _tf(f"gemm {p} wgmma", "wgmma (A·Bᵀ)")) for p in ("f16", "tf32")},
+    **{f"  wgmma {label}: of cuBLAS on the same": ("{:.2f}", lambda label=label: chapter.figure(
+        f"GEMM 4096^3 {label}: wgmma (B^T given) vs cuBLAS {label} on the same (fraction of its speed)"))
+       for label in ("FP16", "TF32")},
+    "conv N=32 C=K=256 56x56 3x3, mma.sync FP16 / TF32": ("{}", lambda: "{:.0f} / {:.0f} TFLOP/s".format(
+        _tf("conv f16", "tensor cores FP16")(), _tf("conv tf32", "tensor cores TF32")())),
+    "  of cuDNN channels last, FP16 / TF32": ("{}", lambda: "{:.2f} / {:.2f}".format(
+        _of("conv f16", "tensor cores FP16", "cuDNN FP16 channels last")(),
+        _of("conv tf32", "tensor cores TF32", "cuDNN TF32 channels last")())),
+    "  FP16 vs chapter 04's FP32 implicit GEMM (speed-up)": ("{:.1f}x", lambda: chapter.figure(
+        "conv f16", "chapter 04 FP32 implicit (CUDA cores)") / chapter.figure("conv f16", "tensor cores FP16")),
+    "conv on wgmma, FP16": ("{:.0f} TFLOP/s", _tf("conv f16", "wgmma FP16")),
+    "  of cuDNN": ("{:.2f}", lambda: chapter.figure(
+        "conv N=32 C=K=256 56x56 3x3 FP16: wgmma vs cuDNN FP16 channels last (fraction of its speed)")),
+})
 
 # %%
 chapter.save()
