@@ -481,51 +481,56 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# Variants measured on the way and dropped: [EXPERIMENTS.md](EXPERIMENTS.md).
+# - **Sequential vs ballot.** Both move the same bytes. The sequential kernel's loads are 32 bytes
+#   apart across a warp, so each load instruction touches 32 sectors and relies on L1 to serve the
+#   next seven; its `y` stores are scattered the same way. The ballot kernel reads and writes whole
+#   128-byte rows, and builds a word with one instruction instead of 8 compares, shifts and ORs.
+# - **Ballot vs torch.relu.** The mask adds 1/64 to the bytes, so at best the mask kernels take
+#   1.016 of `torch.relu`'s time; the rest of the gap is how close a numba kernel gets to torch's
+#   16-byte loads and stores (chapter 00 measured it for a copy), and the 16-byte quads close it.
+# - **Backward.** Reading one bit instead of `y` removes a third of the bytes: at best 12 / 8.125 =
+#   1.48x over our own "from y" kernel. Testing for a whole quad first and reading the mask inside
+#   that branch is what got the quads close (the variants are in EXPERIMENTS.md).
+# - **Wide words cost the host, not the GPU.** The 8-byte-word kernels run as fast as the 4-byte
+#   ones on the GPU, but their wrappers cost more host time a call: only large arrays pay that back.
+# - **Small sizes.** At 16x32x112x112 the data sits in the L2 and a kernel takes about what a launch
+#   from Python costs: chapter 07 is about that.
+# - **Divergence costs bandwidth.** A lane-only `if` around the mask store, hoisted out of the loop by
+#   the compiler, splits every load and store of the warp in two; the ballot kernel's store is
+#   branch-free for that reason.
+# - **Fused BatchNorm.** Two passes forward, two backward, with the ReLU folded into both and the mask
+#   replacing `y`: about 40 bytes per element against torch's ~64, and 4 launches against torch's ~8
+#   kernels plus autograd's bookkeeping. Two things bring it near the copy ceiling. Quads: at 4
+#   bytes an access each element pays for its own address arithmetic, mask bit and load, more
+#   instructions than the SMs issue while the memory waits. And a grid of one wave: a block takes
+#   several planes of its channel, folds the channel's sums once, not once per plane, and walks its
+#   planes as one sequence, so that only its last trip is partial.
+#
+# Variants measured on the way and dropped: [EXPERIMENTS.md](EXPERIMENTS.md). The figures these
+# bullets point to:
 
 # %%
 _fwd, _bwd, _seed, _bn = "relu forward + mask", "relu backward", "relu backward, seed case", "bn+add+relu fwd+bwd"
-chapter.lesson("""
-- **Sequential vs ballot.** Both move the same bytes, {seq_ms:.2f} ms against {ballot_ms:.2f} at 2^28.
-  The sequential kernel's loads are 32 bytes apart across a warp, so each load instruction touches
-  32 sectors and relies on L1 to serve the next seven; its `y` stores are scattered the same way.
-  The ballot kernel reads and writes whole 128-byte rows, and builds a word with one instruction
-  instead of 8 compares, shifts and ORs.
-- **Ballot vs torch.relu.** The mask adds 1/64 to the bytes; the rest of the gap is how close a numba
-  kernel gets to torch's 16-byte loads and stores (chapter 00 measured it for a copy). The 16-byte
-  quads close it: {quad_fwd:.3f} of `torch.relu`'s time, where the mask's extra bytes allow 1.016.
-- **Backward.** Reading one bit instead of `y` removes a third of the bytes: at best 12 / 8.125 =
-  1.48x over our own "from y" kernel; the quads reach {quad_bwd:.2f}x, and {quad_vs_torch:.2f}x
-  `threshold_backward`'s speed. Testing for a whole quad first and reading the mask inside that
-  branch is what got them there (the variants are in EXPERIMENTS.md).
-- **Wide words cost the host, not the GPU.** The 8-byte-word kernels run as fast as the 4-byte ones on
-  the GPU ({w8_ms:.3f} ms against {w4_ms:.3f} for the backward at 2^28), but each call of their wrappers
-  cost {w8_host:.0f} us of host in the stored run against {quad_host:.0f} for the quads: only large arrays pay that back.
-- **Small sizes.** At 16x32x112x112 the data sits in the L2 and a kernel takes {seed_us:.0f} us, about
-  what a launch from Python costs: chapter 07 is about that.
-- **Divergence costs bandwidth.** A lane-only `if` around the mask store, hoisted out of the loop by
-  the compiler, splits every load and store of the warp in two; the ballot kernel's store is
-  branch-free for that reason.
-- **Fused BatchNorm.** Two passes forward, two backward, with the ReLU folded into both and the mask
-  replacing `y`: about 40 bytes per element against torch's ~64, and 4 launches against torch's ~8
-  kernels plus autograd's bookkeeping: {bn:.2f}x torch's unfused step, at {bn_fraction:.0%} of the copy
-  ceiling. Two things get it there. Quads: at 4 bytes an access each element pays for its own
-  address arithmetic, mask bit and load, more instructions than the SMs issue while the memory
-  waits. And a grid of one wave: a block takes several planes of its channel, folds the channel's
-  sums once, not once per plane, and walks its planes as one sequence, so that only its last trip
-  is partial.
-""",
-    seq_ms=chapter.figure(_fwd, "sequential (naive)"), ballot_ms=chapter.figure(_fwd, "warp ballot"),
-    quad_fwd=1 / chapter.figure(_fwd, "warp ballot, 16-byte quads", "speedup_vs_baseline"),
-    quad_bwd=chapter.figure(_bwd, "from mask, 16-byte quads", "speedup_vs_first"),
-    quad_vs_torch=chapter.figure(_bwd, "from mask, 16-byte quads", "speedup_vs_baseline"),
-    w8_ms=chapter.figure(_bwd, "from mask, 8-byte words"), w4_ms=chapter.figure(_bwd, "from mask (8.125 B/elt)"),
-    w8_host=chapter.figure(_bwd, "from mask, 8-byte words", "host_us"),
-    quad_host=chapter.figure(_bwd, "from mask, 16-byte quads", "host_us"),
-    seed_us=1000 * chapter.figure(_seed, "from mask (8.125 B/elt)"),
-    bn=chapter.figure(_bn, "fused (4 kernels, 1-bit mask)", "speedup_vs_baseline"),
-    bn_fraction=chapter.figure(_bn, "fused (4 kernels, 1-bit mask)", "fraction_of_ceiling"),
-)
+_fused_bn = "fused (4 kernels, 1-bit mask)"
+chapter.show_figures({
+    "forward at 2^28: sequential / warp ballot": ("{}", lambda: "{:.2f} / {:.2f} ms".format(
+        chapter.figure(_fwd, "sequential (naive)"), chapter.figure(_fwd, "warp ballot"))),
+    "forward, 16-byte quads: time / torch.relu's": ("{:.3f}", lambda: 1 / chapter.figure(
+        _fwd, "warp ballot, 16-byte quads", "speedup_vs_baseline")),
+    "backward from the mask, quads: vs from y / vs threshold_backward": ("{}", lambda: "{:.2f}x / {:.2f}x".format(
+        chapter.figure(_bwd, "from mask, 16-byte quads", "speedup_vs_first"),
+        chapter.figure(_bwd, "from mask, 16-byte quads", "speedup_vs_baseline"))),
+    "backward at 2^28: 8-byte words / 4-byte": ("{}", lambda: "{:.3f} / {:.3f} ms".format(
+        chapter.figure(_bwd, "from mask, 8-byte words"), chapter.figure(_bwd, "from mask (8.125 B/elt)"))),
+    "  host cost a call: 8-byte words / quads": ("{}", lambda: "{:.0f} / {:.0f} us".format(
+        chapter.figure(_bwd, "from mask, 8-byte words", "host_us"),
+        chapter.figure(_bwd, "from mask, 16-byte quads", "host_us"))),
+    "backward at 16x32x112x112 (in the L2)": ("{:.0f} us", lambda: 1000 * chapter.figure(
+        _seed, "from mask (8.125 B/elt)")),
+    "fused BatchNorm step: vs torch's unfused (speed-up)": ("{:.2f}x", lambda: chapter.figure(
+        _bn, _fused_bn, "speedup_vs_baseline")),
+    "  fraction of the copy ceiling": ("{:.0%}", lambda: chapter.figure(_bn, _fused_bn, "fraction_of_ceiling")),
+})
 
 # %%
 chapter.save()
