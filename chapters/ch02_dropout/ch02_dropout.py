@@ -378,53 +378,58 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# Figures from this run on a GPU, from the stored run of the reference GPU in the simulator. The record of variants
-# measured and dropped is in `EXPERIMENTS.md` beside this notebook.
+# - **The naive kernel pays for its generator**: every draw reads and writes a 16-byte state. The
+#   states stay in L2, but that traffic and the chain of dependent state updates make it several
+#   times slower than the Philox bitmask kernel, and its mask cannot be reproduced by anyone else.
+# - **Philox costs instructions, not bytes.** Ten rounds for four elements is ~15 integer
+#   instructions per element, issued while the SM waits for memory: the seed-only forward does all of
+#   that work, stores no mask, and still runs near the copy ceiling.
+# - **The mask costs a little more than its bytes.** The bitmask forward moves 1.6% more bytes than
+#   the seed-only one; the shuffles and the mask stores sit between the loads and the stores. torch's
+#   `native_dropout` moves 9 bytes per element against our 8.125.
+# - **The backward is a race against the copy ceiling.** It moves 8.125 bytes per element against
+#   torch's 9, which bounds its gain at 9/8.125 = 1.11x. The grid decides how close it comes: one
+#   quad per thread (the default) against 32 blocks per SM looping over the quads.
+# - **16-byte accesses**: each lane's four 4-byte loads fall on one 16-byte chunk and the L1 merges
+#   them into the same sectors, so the bytes are the same; what one wide load saves is instructions,
+#   three in four of the loads and stores the SM has to issue while the memory waits (chapter 00
+#   shows the same for a copy).
+# - **float16** moves a quad of halves in one 8-byte access (`workbook.memory.load4` on float16),
+#   where `native_dropout` reads 16 bytes per access. Two quads per lane (exercise 4 below) is the
+#   next step.
+# - **Small sizes are host-bound**: below ~2^24 elements the sweep measures the Python launch, not
+#   the GPU (chapter 07).
+# - **The mask** is n/8 bytes instead of n; the seed-only variant keeps none, and pays for it with a
+#   second Philox per quad in the backward, hidden under memory time.
+#
+# The record of variants measured and dropped is in `EXPERIMENTS.md` beside this notebook. The
+# figures these bullets point to:
 
 # %%
 _f, _b, _g = "forward", "backward", "backward grid size"
-chapter.lesson("""
-- **The naive kernel pays for its generator**: every draw reads and writes a 16-byte state. The
-  states stay in L2, but that traffic and the chain of dependent state updates make it {naive:.1f}x
-  slower than the Philox bitmask kernel ({naive_fraction:.0%} of the copy ceiling), and its mask
-  cannot be reproduced by anyone else.
-- **Philox costs instructions, not bytes.** Ten rounds for four elements is ~15 integer
-  instructions per element, issued while the SM waits for memory: the seed-only forward, which
-  does all of that work and stores no mask, runs at {seed_fraction:.0%} of the copy ceiling.
-- **The mask costs a little more than its bytes.** The bitmask forward moves 1.6% more bytes than
-  the seed-only one and takes {mask_cost:.1%} longer: the shuffles and the mask stores sit between the
-  loads and the stores. It takes {forward_ratio:.2f} of torch's `native_dropout` time, which moves 9
-  bytes per element against our 8.125.
-- **The backward is a race against the copy ceiling.** It moves 8.125 bytes per element against
-  torch's 9, which bounds its gain at 9/8.125 = 1.11x; it reaches {backward:.2f}x. The grid decides
-  it: one quad per thread (the default) runs at {grid_data:.0%} of the copy ceiling, 32 blocks per SM
-  looping over the quads at {grid_32:.0%}.
-- **16-byte accesses**: each lane's four 4-byte loads fall on one 16-byte chunk and the L1 merges
-  them, so the "4-byte loads" rows come close ({four_byte:.3f} ms against {sixteen_byte:.3f} forward): what one
-  wide load saves is instructions. In a plain copy, where a thread has one 4-byte load in flight,
-  the difference is large (chapter 00).
-- **float16** moves a quad of halves in one 8-byte access (`workbook.memory.load4` on float16):
-  {half_ms:.3f} ms, {half_ratio:.2f} of `native_dropout`'s speed, which reads 16 bytes per access. Two
-  quads per lane (exercise 4 below) is the next step.
-- **Small sizes are host-bound**: below ~2^24 elements the sweep measures the Python launch
-  (numba's, with nine arguments, is several times torch's), not the GPU.
-- **The mask** is n/8 bytes instead of n; the seed-only variant keeps none, and pays for it with a
-  second Philox per quad in the backward, hidden under memory time ({regenerate:.3f} ms against
-  {from_mask:.3f} from the mask).
-""",
-    naive=chapter.figure(_f, "naive xoroshiro, byte mask") / chapter.figure(_f, "Philox bitmask"),
-    naive_fraction=chapter.figure(_f, "naive xoroshiro, byte mask", "fraction_of_ceiling"),
-    seed_fraction=chapter.figure(_f, "Philox seed-only (no mask)", "fraction_of_ceiling"),
-    mask_cost=chapter.figure(_f, "Philox bitmask") / chapter.figure(_f, "Philox seed-only (no mask)") - 1,
-    forward_ratio=1 / chapter.figure(_f, "Philox bitmask", "speedup_vs_baseline"),
-    backward=chapter.figure(_b, "bitmask", "speedup_vs_baseline"),
-    grid_data=chapter.figure(_g, "bitmask, one quad per thread", "fraction_of_ceiling"),
-    grid_32=chapter.figure(_g, "bitmask, 32 blocks/SM", "fraction_of_ceiling"),
-    four_byte=chapter.figure(_f, "Philox bitmask, 4-byte loads"), sixteen_byte=chapter.figure(_f, "Philox bitmask"),
-    half_ms=chapter.figure("forward fp16", "Philox bitmask"),
-    half_ratio=chapter.figure("forward fp16", "Philox bitmask", "speedup_vs_baseline"),
-    regenerate=chapter.figure(_b, "seed-only (regenerate)"), from_mask=chapter.figure(_b, "bitmask"),
-)
+chapter.show_figures({
+    "forward: naive, slower than the Philox bitmask by": ("{:.1f}x", lambda: chapter.figure(
+        _f, "naive xoroshiro, byte mask") / chapter.figure(_f, "Philox bitmask")),
+    "  naive: fraction of the copy ceiling": ("{:.0%}", lambda: chapter.figure(
+        _f, "naive xoroshiro, byte mask", "fraction_of_ceiling")),
+    "forward, seed-only: fraction of the copy ceiling": ("{:.0%}", lambda: chapter.figure(
+        _f, "Philox seed-only (no mask)", "fraction_of_ceiling")),
+    "forward: the bitmask's time over the seed-only's": ("+{:.1%}", lambda: chapter.figure(_f, "Philox bitmask")
+                                                         / chapter.figure(_f, "Philox seed-only (no mask)") - 1),
+    "forward: bitmask time / torch native_dropout's": ("{:.2f}", lambda: 1 / chapter.figure(
+        _f, "Philox bitmask", "speedup_vs_baseline")),
+    "backward: bitmask vs torch (speed-up)": ("{:.2f}x", lambda: chapter.figure(_b, "bitmask", "speedup_vs_baseline")),
+    "backward grid: one quad a thread / 32 blocks per SM (of the ceiling)": ("{}", lambda: "{:.0%} / {:.0%}".format(
+        chapter.figure(_g, "bitmask, one quad per thread", "fraction_of_ceiling"),
+        chapter.figure(_g, "bitmask, 32 blocks/SM", "fraction_of_ceiling"))),
+    "forward: 4-byte loads / 16-byte": ("{}", lambda: "{:.3f} / {:.3f} ms".format(
+        chapter.figure(_f, "Philox bitmask, 4-byte loads"), chapter.figure(_f, "Philox bitmask"))),
+    "float16 forward": ("{:.3f} ms", lambda: chapter.figure("forward fp16", "Philox bitmask")),
+    "  of native_dropout's speed": ("{:.2f}", lambda: chapter.figure("forward fp16", "Philox bitmask",
+                                                                     "speedup_vs_baseline")),
+    "backward: regenerated / from the mask": ("{}", lambda: "{:.3f} / {:.3f} ms".format(
+        chapter.figure(_b, "seed-only (regenerate)"), chapter.figure(_b, "bitmask"))),
+})
 
 # %%
 chapter.save()
