@@ -384,38 +384,41 @@ if workbook.ON_GPU:
 
 # %% [markdown]
 # ## What the numbers mean
+#
+# - **300 x 4,096 is launch-bound.** Each tensor is 16 KB, moved in about a microsecond. The
+#   per-tensor loop is 300 kernel launches (its host time, launches from Python, is larger still:
+#   chapter 07); the fused kernel is one.
+# - **The sweep** shows how each grows with the list. The loop adds a launch per tensor. The fused
+#   kernel stays one launch whatever the count, until the bytes it reads and writes start to count.
+#   torch launches one kernel per group of tensors (its multi-tensor apply packs a bounded number of
+#   tensor pointers per launch), so it starts level with ours and falls behind as the list grows.
+# - **600M elements is bandwidth-bound.** The table, the binary search and the partial tiles cost next
+#   to nothing; what counts is bytes in flight (four 16-byte loads per thread) and few instructions
+#   per byte. The grid matters: a block per tile beats a few resident blocks per SM looping over the
+#   tiles (`grid_sweep.py` beside this notebook).
+# - **One launch per call** for lists of up to `MAX_TENSORS_PER_LAUNCH` = 4,096 tensors (their tile
+#   starts fill 16 KiB of shared memory); a longer list takes one launch per 4,096 tensors.
+#
+# The figures these bullets point to:
 
 # %%
 _mixed, _mixed16, _sweep = "300 mixed", "300 mixed float16", "tensors sweep"
-chapter.lesson("""
-- **300 x 4,096 is launch-bound.** Each tensor is 16 KB, moved in about a microsecond. The
-  per-tensor loop is 300 kernel launches, {loop_ms:.3f} ms of GPU time (its host time, launches from
-  Python, is larger still: chapter 07); the fused kernel is one, {fused_ms:.4f} ms: {speedup:.0f}x.
-  torch's fused call takes {torch_ms:.4f} ms.
-- **The sweep** shows how each grows with the list. The loop adds a launch per tensor. The fused
-  kernel stays one launch, whatever the count: {fused_1:.4f} ms for one tensor, {fused_1000:.4f} for
-  1,000, where the 33 MB it reads and writes start to count. torch launches one kernel per group of
-  tensors (its multi-tensor apply packs a bounded number of tensor pointers per launch), so it
-  starts level with ours and falls behind as the list grows: {torch_1000:.4f} ms at 1,000.
-- **600M elements is bandwidth-bound.** The table, the binary search and the partial tiles cost next
-  to nothing; what counts is bytes in flight (four 16-byte loads per thread) and few instructions
-  per byte. The fused kernel moves the 4.8 GB at {fused_frac:.1%} of the copy ceiling, torch's at
-  {torch_frac:.0%}; in float16 (8-byte vectors) {fused16_frac:.0%} against {torch16_frac:.0%}. The grid
-  matters: a block per tile beats a few resident blocks per SM looping over the tiles
-  (`grid_sweep.py` beside this notebook; its stored log is `results/nvidia-h100-80gb-hbm3/ch03_grid_sweep.log`).
-- **One launch per call** for lists of up to `MAX_TENSORS_PER_LAUNCH` = 4,096 tensors (their tile
-  starts fill 16 KiB of shared memory); a longer list takes one launch per 4,096 tensors.
-""",
-    loop_ms=chapter.figure("300x4096", "per-tensor launches"), fused_ms=chapter.figure("300x4096", "fused, one launch"),
-    speedup=chapter.figure("300x4096 float32: fused vs per-tensor loop (speed-up)"),
-    torch_ms=chapter.figure("300x4096", TORCH),
-    fused_1=chapter.figure(_sweep, "fused, one launch", size="1 x "),
-    fused_1000=chapter.figure(_sweep, "fused, one launch", size="1000 x "),
-    torch_1000=chapter.figure(_sweep, TORCH, size="1000 x "),
-    fused_frac=chapter.figure(_mixed, "fused, one launch", "fraction_of_ceiling"),
-    torch_frac=chapter.figure(_mixed, TORCH, "fraction_of_ceiling"),
-    fused16_frac=chapter.figure(_mixed16, "fused, one launch", "fraction_of_ceiling"),
-    torch16_frac=chapter.figure(_mixed16, TORCH, "fraction_of_ceiling"))
+_fused = "fused, one launch"
+chapter.show_figures({
+    "300 x 4,096: per-tensor loop / fused / torch": ("{}", lambda: "{:.3f} / {:.4f} / {:.4f} ms".format(
+        chapter.figure("300x4096", "per-tensor launches"), chapter.figure("300x4096", _fused),
+        chapter.figure("300x4096", TORCH))),
+    "  fused vs the loop (speed-up)": ("{:.0f}x", lambda: chapter.figure(
+        "300x4096 float32: fused vs per-tensor loop (speed-up)")),
+    "fused: 1 tensor / 1,000 tensors": ("{}", lambda: "{:.4f} / {:.4f} ms".format(
+        chapter.figure(_sweep, _fused, size="1 x "), chapter.figure(_sweep, _fused, size="1000 x "))),
+    "torch: 1,000 tensors": ("{:.4f} ms", lambda: chapter.figure(_sweep, TORCH, size="1000 x ")),
+    "~600M float32: fused / torch (of the copy ceiling)": ("{}", lambda: "{:.1%} / {:.0%}".format(
+        chapter.figure(_mixed, _fused, "fraction_of_ceiling"), chapter.figure(_mixed, TORCH, "fraction_of_ceiling"))),
+    "~600M float16: fused / torch (of the copy ceiling)": ("{}", lambda: "{:.0%} / {:.0%}".format(
+        chapter.figure(_mixed16, _fused, "fraction_of_ceiling"),
+        chapter.figure(_mixed16, TORCH, "fraction_of_ceiling"))),
+})
 
 # %%
 chapter.save()
