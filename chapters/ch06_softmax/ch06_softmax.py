@@ -452,73 +452,73 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# Figures from this run on a GPU, from the stored run of the reference GPU in the simulator. The variants tried on
-# the way: [EXPERIMENTS.md](EXPERIMENTS.md).
+# - **One thread per row** is bounded by its access pattern and its parallelism, not by the
+#   arithmetic (4096 rows are 128 warps for a GPU of 132 SMs). It gets *slower* per byte as rows get
+#   longer, exactly when the optimized kernels get faster.
+# - **A warp per row** with the row in registers moves the minimum, 8 bytes per element. NVVM gives
+#   that unrolled kernel ~250 registers a thread (all 32 values and their exps in flight), so an SM
+#   holds two 128-thread blocks; launched as 16 blocks per SM whose warps loop over the rows
+#   (`WARP_ROW_BLOCKS_PER_SM`), the few resident warps stay busy. The "two passes" variant (40
+#   registers, the row read again from L1/L2) is slower still.
+# - **16-byte accesses**: the same values in a quarter of the instructions need 72 registers instead
+#   of ~250, so a grid sized to the data (a warp per row) beats the looping one. In **float16** the
+#   gain is larger, because each lane used to load 2 bytes at a time.
+# - **The fused forward** reads each logit once, where `F.cross_entropy` runs `log_softmax`, reading
+#   the logits and writing a tensor as large; two 16-byte loads per thread per trip take it near the
+#   copy ceiling. The fused **backward** is a pure stream.
+# - The **sweep** (16-byte kernels wherever the rows allow) shows the one cliff left: rows of 1000
+#   columns take the 16-byte register kernel with per-access bounds checks, but rows of 1025, not a
+#   multiple of 4, fall to a 256-thread block with 4 columns per thread. A block of 64-128 threads,
+#   or two warps, per row between 1024 and 4096 columns would close it. At 32000 columns the block
+#   kernel's second read no longer hits the L2.
+#
+# The variants tried on the way: [EXPERIMENTS.md](EXPERIMENTS.md). The figures these bullets point to:
 
 # %%
 _sm, _sm16, _ce, _ceb = "softmax", "softmax float16", "cross-entropy forward", "cross-entropy backward"
+_warp, _quad = "warp per row, registers", "warp per row, registers, 16-byte"
+
+
+def _gbps(case, variant):
+    return lambda: chapter.figure(case, variant, "gbps")
 
 
 def _sweep(size, variant="warp/block per row"):
-    return chapter.figure("softmax sweep", variant, "gbps", size=size)
+    return lambda: chapter.figure("softmax sweep", variant, "gbps", size=size)
 
 
-chapter.lesson("""
-- **One thread per row** is bounded by its access pattern and its parallelism, not by the
-  arithmetic: {naive_sm:.0f} GB/s for softmax at 1024 columns, {naive_ce:.0f} GB/s for the forward at
-  32000 columns (4096 rows are 128 warps for 132 SMs), {naive_32k:.0f} GB/s at 32000 in the sweep. It
-  gets *slower* per byte as rows get longer, exactly when the optimized kernels get faster.
-- **A warp per row** with the row in registers moves the minimum, 8 bytes per element: {warp:.0f}
-  GB/s at 49152 x 1024, **{warp_vs:.2f}x `torch.softmax`**. NVVM gives that unrolled kernel ~250
-  registers a thread (all 32 values and their exps in flight), so an SM holds two 128-thread blocks;
-  launched as 16 blocks per SM whose warps loop over the rows (`WARP_ROW_BLOCKS_PER_SM`), the few
-  resident warps stay busy. The "two passes" variant (40 registers, the row read again from L1/L2)
-  is slower still.
-- **16-byte accesses** take it past torch: {quad_ms:.3f} ms, {quad_gbps:.0f} GB/s, {quad_ceiling:.0%} of the
-  copy ceiling, **{quad_vs:.2f}x `torch.softmax`**. The same values in a quarter of the instructions
-  need 72 registers instead of ~250, so a grid sized to the data (a warp per row) beats the looping
-  one. In **float16** the gain is larger, because each lane used to load 2 bytes at a time:
-  {h_ms:.4f} ms against {h_old:.4f}, **{h_vs:.2f}x `torch.softmax`**, whose half kernel reaches
-  {h_torch:.0%} of the ceiling here.
-- **The fused forward** reads each logit once: {ce:.0f} GB/s with 4-byte loads, {ce_vs:.1f}x
-  `F.cross_entropy`, which runs `log_softmax` (reading the logits and writing a tensor as large) at
-  {ce_torch:.0f} GB/s on 32000-column rows. With two 16-byte loads per thread per trip: {ce16:.0f}
-  GB/s, {ce16_ceiling:.0%} of the ceiling, **{ce16_vs:.2f}x**. The fused **backward** is a pure
-  stream: {ceb:.0%} of the ceiling with 4-byte accesses, {ceb16:.0%} with 16-byte ones, {ceb_vs:.1f}x
-  the hand-written torch version.
-- The **sweep** (16-byte kernels wherever the rows allow) shows the one cliff left: rows of 1000
-  columns take the 16-byte register kernel with per-access bounds checks ({s1000:.0f} GB/s), but
-  rows of 1025, not a multiple of 4, fall to a 256-thread block with 4 columns per thread
-  ({s1025:.0f} GB/s, torch {s1025_torch:.0f}). A block of 64-128 threads, or two warps, per row
-  between 1024 and 4096 columns would close it. At 32000 columns the block kernel's second read no
-  longer hits the L2 ({s32k:.0f} GB/s; torch {s32k_torch:.0f}).
-""",
-    naive_sm=chapter.figure(_sm, "one thread per row", "gbps"),
-    naive_ce=chapter.figure(_ce, "one thread per row + tree mean", "gbps"),
-    naive_32k=_sweep("1048x32000", "one thread per row"),
-    warp=chapter.figure(_sm, "warp per row, registers", "gbps"),
-    warp_vs=chapter.figure(_sm, "warp per row, registers", "speedup_vs_baseline"),
-    quad_ms=chapter.figure(_sm, "warp per row, registers, 16-byte"),
-    quad_gbps=chapter.figure(_sm, "warp per row, registers, 16-byte", "gbps"),
-    quad_ceiling=chapter.figure(_sm, "warp per row, registers, 16-byte", "fraction_of_ceiling"),
-    quad_vs=chapter.figure(_sm, "warp per row, registers, 16-byte", "speedup_vs_baseline"),
-    h_ms=chapter.figure(_sm16, "warp per row, registers, 16-byte"),
-    h_old=chapter.figure(_sm16, "warp per row, registers"),
-    h_vs=chapter.figure(_sm16, "warp per row, registers, 16-byte", "speedup_vs_baseline"),
-    h_torch=chapter.figure(_sm16, "torch.softmax", "fraction_of_ceiling"),
-    ce=chapter.figure(_ce, "fused, block per row", "gbps"),
-    ce_vs=chapter.figure(_ce, "fused, block per row", "speedup_vs_baseline"),
-    ce_torch=chapter.figure(_ce, "torch cross_entropy", "gbps"),
-    ce16=chapter.figure(_ce, "fused, 16-byte loads", "gbps"),
-    ce16_ceiling=chapter.figure(_ce, "fused, 16-byte loads", "fraction_of_ceiling"),
-    ce16_vs=chapter.figure(_ce, "fused, 16-byte loads", "speedup_vs_baseline"),
-    ceb=chapter.figure(_ceb, "fused, block per row", "fraction_of_ceiling"),
-    ceb16=chapter.figure(_ceb, "fused, 16-byte", "fraction_of_ceiling"),
-    ceb_vs=chapter.figure(_ceb, "fused, 16-byte", "speedup_vs_baseline"),
-    s1000=_sweep("33554x1000"), s1025=_sweep("32736x1025"), s1025_torch=_sweep("32736x1025", "torch.softmax"),
-    s32k=_sweep("1048x32000"), s32k_torch=_sweep("1048x32000", "torch.softmax"),
-)
+def _vs_torch(case, variant):
+    return lambda: chapter.figure(case, variant, "speedup_vs_baseline")
 
+
+chapter.show_figures({
+    "one thread per row: softmax 1024 columns / cross-entropy 32000": ("{}", lambda: "{:.0f} / {:.0f} GB/s".format(
+        _gbps(_sm, "one thread per row")(), _gbps(_ce, "one thread per row + tree mean")())),
+    "softmax f32, warp per row: GB/s, vs torch.softmax": ("{}", lambda: "{:.0f}, {:.2f}x".format(
+        _gbps(_sm, _warp)(), _vs_torch(_sm, _warp)())),
+    "softmax f32, 16-byte: ms, of the ceiling, vs torch.softmax": ("{}", lambda: "{:.3f}, {:.0%}, {:.2f}x".format(
+        chapter.figure(_sm, _quad), chapter.figure(_sm, _quad, "fraction_of_ceiling"), _vs_torch(_sm, _quad)())),
+    "softmax f16: 16-byte / 2-byte loads": ("{}", lambda: "{:.4f} / {:.4f} ms".format(
+        chapter.figure(_sm16, _quad), chapter.figure(_sm16, _warp))),
+    "  vs torch.softmax; torch's fraction of the ceiling": ("{}", lambda: "{:.2f}x; {:.0%}".format(
+        _vs_torch(_sm16, _quad)(), chapter.figure(_sm16, "torch.softmax", "fraction_of_ceiling"))),
+    "cross-entropy forward, 4-byte: GB/s, vs F.cross_entropy": ("{}", lambda: "{:.0f}, {:.1f}x".format(
+        _gbps(_ce, "fused, block per row")(), _vs_torch(_ce, "fused, block per row")())),
+    "  torch cross_entropy": ("{:.0f} GB/s", _gbps(_ce, "torch cross_entropy")),
+    "  16-byte: GB/s, of the ceiling, vs torch": ("{}", lambda: "{:.0f}, {:.0%}, {:.2f}x".format(
+        _gbps(_ce, "fused, 16-byte loads")(), chapter.figure(_ce, "fused, 16-byte loads", "fraction_of_ceiling"),
+        _vs_torch(_ce, "fused, 16-byte loads")())),
+    "cross-entropy backward: 4-byte / 16-byte (of the ceiling)": ("{}", lambda: "{:.0%} / {:.0%}".format(
+        chapter.figure(_ceb, "fused, block per row", "fraction_of_ceiling"),
+        chapter.figure(_ceb, "fused, 16-byte", "fraction_of_ceiling"))),
+    "  16-byte vs the hand-written torch version": ("{:.1f}x", _vs_torch(_ceb, "fused, 16-byte")),
+    "sweep, GB/s: 1000 columns / 1025 (torch) / 32000 (torch)": ("{}", lambda: "{:.0f} / {:.0f} ({:.0f}) / {:.0f} ({:.0f})".format(
+        _sweep("33554x1000")(), _sweep("32736x1025")(), _sweep("32736x1025", "torch.softmax")(),
+        _sweep("1048x32000")(), _sweep("1048x32000", "torch.softmax")())),
+    "  one thread per row at 32000 columns": ("{:.0f} GB/s", _sweep("1048x32000", "one thread per row")),
+})
+
+# %%
 chapter.save()
 
 # %% [markdown]
