@@ -551,9 +551,31 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# What the code as it stands teaches, with the figures of the run (the stored run of the reference GPU in the
-# simulator). The variants measured on the way and dropped, each with its run and why it lost, are
-# in [EXPERIMENTS.md](EXPERIMENTS.md).
+# - **im2col is pure traffic.** It writes 9x the input for the GEMM to read back. The implicit GEMM
+#   reads x itself, 9x smaller and mostly held in the L2, and allocates nothing.
+# - **The more arithmetic, the less it matters.** The implicit GEMM's gain shrinks as the layers'
+#   channels grow: a speed-up of 1.5x needs im2col to cost half the GEMM, and the more channels a
+#   layer has, the more its GEMM outweighs its im2col (the 14x14 layer's bar is 1.4x).
+# - **Small layers starve the machine; stream-K feeds it.** The 14x14 layer has 49 tiles of 256x128
+#   for a GPU of 132 SMs: one block per tile leaves most SMs idle, split-K and stream-K keep every SM
+#   busy to the end.
+# - **A GEMM is fast through its tiles.** 16-byte fragments and register prefetch, then 128 threads
+#   of 16x8 outputs with BK = 16: a 256-thread tile has 128 registers a thread and spills
+#   (`resources` above); 128 threads get 255.
+# - **The gather is a table lookup.** One packed 32-bit word per depth row (offset and tap bit),
+#   copied into shared memory once per block, ANDed with the column's `on_image` mask: the inner loop
+#   adds and compares, and never divides. Issued halfway through a step's FMAs, its latency hides. A
+#   taller tile (256x128) gathers half as much per FMA; it wins on 14x14 and on the big layer, while
+#   K = 64 or 128 would leave it half empty.
+# - **Against cuDNN**: where cuDNN runs faster than cuBLAS's rate on a plain GEMM (the 28x28 layer),
+#   it computes fewer FLOPs than the 2·N·K·P·Q·C·R·S we count (with Winograd, for instance).
+# - **Past the tiles, instructions count, and ptxas schedules, not us.** Unsigned indices, loops
+#   counted in 32 bits, no division in the loop: each depth step carries fewer instructions besides
+#   its FMAs (read the PTX with `workbook.show_ptx`). An unrelated edit moves a kernel by several per
+#   cent: compare a change only beside the old kernel, in one process, on every layer.
+#
+# The variants measured on the way and dropped, each with its run and why it lost, are in
+# [EXPERIMENTS.md](EXPERIMENTS.md). The figures these bullets point to:
 
 # %%
 def _layer(channels, side):
@@ -565,62 +587,33 @@ def _speedup(layer):
 
 
 _gemm_tiles = ("tile 128x128", "tile 128x128 wide, prefetch", "tile 128x128 wide, 16x8/thread, BK=16")
-_big = "N=32 C=K=256 56x56 3x3: implicit GEMM"
-chapter.lesson("""
-- **im2col is pure traffic.** It writes 9x the input ({ws64:.0f} MB on the 64-channel layer,
-  {ws_big:.0f} MB on the big one) for the GEMM to read back. The implicit GEMM reads x itself, 9x
-  smaller and mostly held in the 50 MB L2, and allocates nothing.
-- **The more arithmetic, the less it matters.** Implicit vs explicit: {s64:.2f}x on the 64-channel
-  layer, {s28:.2f}x on 28x28, {s14:.2f}x on 14x14 (the middle half of its repeats: {s14_low:.2f} to
-  {s14_high:.2f}). 1.5x needs im2col to cost half the GEMM: on 14x14 it takes {im2col14:.3f} ms
-  against the GEMM's {gemm14:.3f}, so 1.5x there needs a gather that costs almost nothing; that
-  layer's bar is 1.4x (at 1.5 it was met or missed by the run: `EXPERIMENTS.md`).
-- **Small layers starve the machine; stream-K feeds it.** The 14x14 layer has 49 tiles of 256x128
-  for 132 SMs: one block per tile {blocks:.3f} ms, split-K 4 {split4:.3f}, stream-K {stream:.3f},
-  every SM busy to the end.
-- **A GEMM is fast through its tiles.** At 4096³: the interleaved 128x128 tile {t_plain:.1f}
-  TFLOP/s; 16-byte fragments and register prefetch {t_wide:.1f}; 128 threads of 16x8 outputs with
-  BK = 16 {t_best:.1f}, {of_cublas:.2f} of cuBLAS's {cublas:.1f}. A 256-thread tile has 128
-  registers a thread and spills (`resources` above); 128 threads get 255.
-- **The gather is a table lookup.** One packed 32-bit word per depth row (offset and tap bit),
-  copied into shared memory once per block, ANDed with the column's `on_image` mask: the inner loop
-  adds and compares, and never divides. Issued halfway through a step's FMAs, its latency hides.
-- **What the gather costs**: the implicit kernel on 14x14 takes {implicit14:.4f} ms, the GEMM alone
-  on the same tile {gemm14:.4f}. A taller tile (256x128) gathers half as much per FMA; it wins on
-  14x14 and on the big layer, while K = 64 or 128 would leave it half empty.
-- **Against cuDNN**: the big layer's implicit GEMM runs {big_tflops:.1f} TFLOP/s, {big_vs_cudnn:.2f}
-  of cuDNN FP32's {cudnn_big:.1f}. On the 28x28 layer cuDNN reaches {cudnn28:.1f}, more than cuBLAS's
-  {cublas:.1f} on a plain GEMM: it computes fewer FLOPs than the 2·N·K·P·Q·C·R·S we count (with
-  Winograd, for instance).
-- **Past the tiles, instructions count.** Unsigned indices (no negative-index test), loops counted
-  in 32 bits, no division in the loop: each depth step carries fewer instructions besides its
-  FMAs, and the GEMM's last few per cent came from there. Read the PTX with `workbook.show_ptx`,
-  the SASS with ptxas and `nvdisasm` (EXPERIMENTS.md says how, without a GPU).
-- **ptxas schedules, not us.** An unrelated edit moves a kernel by several per cent: compare a
-  change only beside the old kernel, in one process, on every layer (EXPERIMENTS.md's method).
-""",
-    ws64=_layer(64, 56).workspace_bytes / 1e6, ws_big=_layer(256, 56).workspace_bytes / 1e6,
-    s64=_speedup("resnet 64ch 56x56"), s28=_speedup("resnet 128ch 28x28"), s14=_speedup("resnet 256ch 14x14"),
-    s14_low=chapter.figure("resnet 256ch 14x14: implicit vs explicit im2col + GEMM, end to end (speed-up)",
-                           field="p25"),
-    s14_high=chapter.figure("resnet 256ch 14x14: implicit vs explicit im2col + GEMM, end to end (speed-up)",
-                            field="p75"),
-    im2col14=chapter.figure("explicit split: im2col", "im2col", size="N=32 C=256 14x14"),
-    gemm14=chapter.figure("explicit split: GEMM on the workspace", "GEMM on im2col", size="(256 x 2304)"),
-    implicit14=chapter.figure("resnet 256ch 14x14", "implicit GEMM"),
-    blocks=chapter.figure("sharing the work on the last layer", "implicit, a block per tile"),
-    split4=chapter.figure("sharing the work on the last layer", "implicit, split-K 4"),
-    stream=chapter.figure("sharing the work on the last layer", "implicit, stream-K"),
-    t_plain=chapter.figure("gemm 4096", _gemm_tiles[0], "tflops"),
-    t_wide=chapter.figure("gemm 4096", _gemm_tiles[1], "tflops"),
-    t_best=chapter.figure("gemm 4096", _gemm_tiles[2], "tflops"),
-    cublas=chapter.figure("gemm 4096", "torch.matmul (cuBLAS FP32)", "tflops"),
-    of_cublas=chapter.figure("gemm 4096", _gemm_tiles[2], "speedup_vs_baseline"),
-    big_tflops=chapter.figure(f"{_big} TFLOP/s"),
-    big_vs_cudnn=chapter.figure(f"{_big} vs cuDNN FP32 (fraction of its speed)"),
-    cudnn_big=chapter.figure("256ch 56x56", "torch conv2d (cuDNN FP32)", "tflops"),
-    cudnn28=chapter.figure("resnet 128ch 28x28", "torch conv2d (cuDNN FP32)", "tflops"),
-)
+_big, _share = "N=32 C=K=256 56x56 3x3: implicit GEMM", "sharing the work on the last layer"
+_s14 = "resnet 256ch 14x14: implicit vs explicit im2col + GEMM, end to end (speed-up)"
+chapter.show_figures({
+    "im2col workspace: 64-channel layer / the big one": ("{}", lambda: "{:.0f} / {:.0f} MB".format(
+        _layer(64, 56).workspace_bytes / 1e6, _layer(256, 56).workspace_bytes / 1e6)),
+    "implicit vs explicit: 64ch 56x56 / 128ch 28x28 / 256ch 14x14": ("{}", lambda: "{:.2f}x / {:.2f}x / {:.2f}x".format(
+        _speedup("resnet 64ch 56x56"), _speedup("resnet 128ch 28x28"), _speedup("resnet 256ch 14x14"))),
+    "  14x14: the middle half of its repeats": ("{}", lambda: "{:.2f} to {:.2f}".format(
+        chapter.figure(_s14, field="p25"), chapter.figure(_s14, field="p75"))),
+    "  14x14: im2col / the GEMM on its workspace": ("{}", lambda: "{:.3f} / {:.3f} ms".format(
+        chapter.figure("explicit split: im2col", "im2col", size="N=32 C=256 14x14"),
+        chapter.figure("explicit split: GEMM on the workspace", "GEMM on im2col", size="(256 x 2304)"))),
+    "  14x14: the implicit GEMM": ("{:.4f} ms", lambda: chapter.figure("resnet 256ch 14x14", "implicit GEMM")),
+    "14x14: a block per tile / split-K 4 / stream-K": ("{}", lambda: "{:.3f} / {:.3f} / {:.3f} ms".format(
+        *(chapter.figure(_share, v) for v in ("implicit, a block per tile", "implicit, split-K 4",
+                                              "implicit, stream-K")))),
+    "GEMM 4096^3: 128x128 / wide, prefetch / 16x8 a thread, BK=16": ("{}", lambda: "{:.1f} / {:.1f} / {:.1f} TFLOP/s".format(
+        *(chapter.figure("gemm 4096", t, "tflops") for t in _gemm_tiles))),
+    "  cuBLAS FP32; the best tile's fraction of it": ("{}", lambda: "{:.1f} TFLOP/s; {:.2f}".format(
+        chapter.figure("gemm 4096", "torch.matmul (cuBLAS FP32)", "tflops"),
+        chapter.figure("gemm 4096", _gemm_tiles[2], "speedup_vs_baseline"))),
+    "big layer: implicit GEMM / cuDNN FP32": ("{}", lambda: "{:.1f} / {:.1f} TFLOP/s".format(
+        chapter.figure(f"{_big} TFLOP/s"), chapter.figure("256ch 56x56", "torch conv2d (cuDNN FP32)", "tflops"))),
+    "  of cuDNN's speed": ("{:.2f}", lambda: chapter.figure(f"{_big} vs cuDNN FP32 (fraction of its speed)")),
+    "128ch 28x28: cuDNN FP32": ("{:.1f} TFLOP/s", lambda: chapter.figure(
+        "resnet 128ch 28x28", "torch conv2d (cuDNN FP32)", "tflops")),
+})
 
 # %%
 chapter.save()
