@@ -478,9 +478,28 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# What the code as it stands teaches, with the figures of the run (the stored run of the reference GPU in the
-# simulator; host figures move by 10-50% between runs, torch's as much as numba's). How the
-# wrappers got here, with the figures of each step, is in [EXPERIMENTS.md](EXPERIMENTS.md).
+# - **The launch is the floor of a small kernel.** An empty numba launch costs its host more with
+#   every array it takes, and several times what the GPU spends running it.
+# - **Most of numba's cost is per call, not per kernel**: typing each argument and packing each
+#   array's parameters. A prepared launch does that once, and a call then costs what the driver's
+#   `cuLaunchKernel` costs.
+# - **The chapters' wrappers** keep the prepared launches they have made (`LaunchCache`), keyed by
+#   each array's address, shape, strides and dtype, and store changed scalars into them; their
+#   prepared twins skip the checks too.
+# - **Where a kernel stops being launch-bound**: past some size the wrapper's GPU time passes its host
+#   cost. Below it, a loop of calls runs at the host's pace, whatever the kernel.
+# - **A torch tensor is read, not viewed afresh**: `require` finds the numba view it made for the
+#   same pointer, shape, strides, dtype and device, read through torch's C accessors, and a call met
+#   before finds its launches (`TensorCalls`); the kept views hold nothing (torch may reuse the
+#   memory), the copies a call gets hold their tensors.
+# - **A graph pays the host once per step**, whatever the number of kernels. It fixes the buffers (a
+#   new shape is a new capture), which a training loop with static shapes has anyway: it is what
+#   `torch.compile`'s "reduce-overhead" mode does. Chapter 05 captures its four-stream pipeline this
+#   way, chapter 08 a whole training step.
+#
+# How the wrappers got here, with the figures of each step, is in [EXPERIMENTS.md](EXPERIMENTS.md).
+# Host figures move by 10-50% between runs, torch's as much as numba's. The figures these bullets
+# point to:
 
 # %%
 def _host(case, variant):
@@ -492,57 +511,35 @@ def _crossing(key):
     for size in (1 << p for p in range(12, 27, 2)):
         at = f"{size:,} elements"
         if chapter.figure(key, "wrapper", size=at) * 1e3 > chapter.figure(key, "wrapper", "host_us", size=at):
-            return f"2^{size.bit_length() - 1}"
+            return f"2^{size.bit_length() - 1} elements"
     return "none of the sweep's sizes"
 
 
 _empty, _scale, _step = "empty launches", "scale, 4096 floats", "bn+add+relu step: launches vs graph"
 _walls = "bn+add+relu step, wall time per step (us)"
-chapter.lesson("""
-- **The launch is the floor of a small kernel.** An empty numba launch costs {empty0:.0f} us of host
-  time with no argument, {empty2:.0f} us with 2 arrays, {empty8:.0f} us with 8; the GPU runs it in
-  {empty_gpu:.1f} us; a torch op costs {torch_empty:.0f} us.
-- **Most of numba's cost is per call, not per kernel**: typing each argument and packing each
-  array's parameters. A prepared launch does that once: {prepared:.1f} us per call
-  (`cuLaunchKernel`; {core:.1f} through `cuda.core.launch`) against {plain:.0f} us for
-  `kernel[grid, block](...)` and {torch_mul:.0f} us for `torch.mul(out=)`.
-- **The chapters' prepared twins** cost {p01:.1f} / {p02:.1f} / {p06:.1f} us (relu + mask, dropout,
-  softmax) against torch's {t01:.1f} / {t02:.1f} / {t06:.1f}, and their cached wrappers
-  {w01:.0f} / {w02:.0f} / {w06:.0f} us: `LaunchCache` keeps the prepared launches a wrapper has made,
-  keyed by each array's address, shape, strides and dtype, and stores changed scalars into them.
-- **Where a kernel stops being launch-bound**: the wrapper's GPU time passes its host cost at
-  {x01} elements for relu + mask, {x02} for dropout, {x06} for softmax. Below that, a loop of
-  calls runs at the host's pace, whatever the kernel.
-- **A torch tensor is read, not viewed afresh**: `require` finds the numba view it made for the
-  same pointer, shape, strides, dtype and device, read through torch's C accessors; the kept view
-  holds nothing (torch may reuse the memory), the copy a call gets holds the tensor. The bars
-  above hold each wrapper on torch tensors to torch's own op on them.
-- **A graph pays the host once per step**, whatever the number of kernels: the BN + Add + ReLU
-  step at 16x32x112x112 takes {graph:.0f} us per step in a loop as a graph ({graph_host:.1f} us of
-  host), {launches:.0f} us as four cached launches from Python ({launches_host:.0f} us of host for
-  {launches_gpu:.0f} of GPU), {eager:.0f} us in torch eager. A graph fixes the buffers (a new shape
-  is a new capture), which a training loop with static shapes has anyway: it is what
-  `torch.compile`'s "reduce-overhead" mode does. Chapter 05 captures its four-stream pipeline
-  this way, chapter 08 a whole training step.
-""",
-    empty0=_host(_empty, "numba, 0 array args"), empty2=_host(_empty, "numba, 2 array args"),
-    empty8=_host(_empty, "numba, 8 array args"), empty_gpu=chapter.figure(_empty, "numba, 0 array args") * 1e3,
-    torch_empty=_host(_empty, "torch.neg(out=) on 32 floats"),
-    prepared=_host(_scale, "prepared, cuLaunchKernel"), core=_host(_scale, "prepared, cuda.core.launch"),
-    plain=_host(_scale, "kernel[grid, block](...)"), torch_mul=_host(_scale, "torch.mul(out=)"),
-    p01=_host("ch01 relu + mask, host cost", "prepared"), t01=_host("ch01 relu + mask, host cost", "torch.relu"),
-    w01=_host("ch01 relu + mask, host cost", "wrapper relu_mask_quads"),
-    p02=_host("ch02 dropout, host cost", "prepared"), t02=_host("ch02 dropout, host cost", "torch native_dropout"),
-    w02=_host("ch02 dropout, host cost", "wrapper dropout_bitmask"),
-    p06=_host("ch06 softmax, host cost", "prepared"), t06=_host("ch06 softmax, host cost", "torch.softmax"),
-    w06=_host("ch06 softmax, host cost", "wrapper softmax"),
-    x01=_crossing("relu forward: GPU time vs host cost"), x02=_crossing("dropout: GPU time vs host cost"),
-    x06=_crossing("softmax: GPU time vs host cost"),
-    graph=chapter.figure(_walls, "graph replay"), graph_host=_host(_step, "graph replay"),
-    launches=chapter.figure(_walls, "4 launches from Python"), launches_host=_host(_step, "4 launches from Python"),
-    launches_gpu=chapter.figure(_step, "4 launches from Python") * 1e3,
-    eager=chapter.figure(_walls, "torch eager (autograd)"),
-)
+_chapters = {"relu + mask": ("ch01 relu + mask, host cost", "wrapper relu_mask_quads", "torch.relu"),
+             "dropout": ("ch02 dropout, host cost", "wrapper dropout_bitmask", "torch native_dropout"),
+             "softmax": ("ch06 softmax, host cost", "wrapper softmax", "torch.softmax")}
+chapter.show_figures({
+    "empty launch, host: 0 / 2 / 8 arrays": ("{}", lambda: "{:.0f} / {:.0f} / {:.0f} us".format(
+        *(_host(_empty, f"numba, {n} array args") for n in (0, 2, 8)))),
+    "  its GPU time / a torch op's host cost": ("{}", lambda: "{:.1f} / {:.0f} us".format(
+        chapter.figure(_empty, "numba, 0 array args") * 1e3, _host(_empty, "torch.neg(out=) on 32 floats"))),
+    "scale, host a call: prepared (cuLaunchKernel / cuda.core)": ("{}", lambda: "{:.1f} / {:.1f} us".format(
+        _host(_scale, "prepared, cuLaunchKernel"), _host(_scale, "prepared, cuda.core.launch"))),
+    "  kernel[grid, block](...) / torch.mul(out=)": ("{}", lambda: "{:.0f} / {:.0f} us".format(
+        _host(_scale, "kernel[grid, block](...)"), _host(_scale, "torch.mul(out=)"))),
+    **{f"{name}, host a call: prepared / wrapper / torch": ("{}", lambda c=case, w=wrapper, t=op: "{:.1f} / {:.0f} / {:.1f} us".format(
+        _host(c, "prepared"), _host(c, w), _host(c, t))) for name, (case, wrapper, op) in _chapters.items()},
+    **{f"{name}: GPU time passes host cost at": ("{}", lambda key=key: _crossing(key)) for name, key in (
+        ("relu + mask", "relu forward: GPU time vs host cost"), ("dropout", "dropout: GPU time vs host cost"),
+        ("softmax", "softmax: GPU time vs host cost"))},
+    "BN step, wall a step: graph / 4 launches / torch eager": ("{}", lambda: "{:.0f} / {:.0f} / {:.0f} us".format(
+        *(chapter.figure(_walls, v) for v in ("graph replay", "4 launches from Python", "torch eager (autograd)")))),
+    "  host a step: graph / 4 launches (their GPU time)": ("{}", lambda: "{:.1f} / {:.0f} us ({:.0f} us)".format(
+        _host(_step, "graph replay"), _host(_step, "4 launches from Python"),
+        chapter.figure(_step, "4 launches from Python") * 1e3)),
+})
 
 # %%
 chapter.save()
