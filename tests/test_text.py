@@ -1,6 +1,6 @@
 """The chapters' text stays true to the stored results.
 
-Measured figures belong in a chapter's closing `chapter.lesson(...)`, filled in from the run or the
+Measured figures belong in a chapter's closing `chapter.show_figures(...)`, read from the run or the
 stored GPU results. A figure typed into a Markdown cell (a time, a rate) must still be one that the
 stored results hold, at the precision it is written with: this test names every one that is not,
 so that text cannot drift from the measurements it describes."""
@@ -83,7 +83,7 @@ def test_typed_figures_agree_with_the_stored_results(chapter):
                for number, line in markdown_lines(script) for figure in typed_figures(line)
                if not agrees(figure, values)]
     assert not drifted, ("figures typed into the text that no stored result holds (put them in the chapter's "
-                         "`chapter.lesson(...)` from the results, or in EXPERIMENTS.md with their date):\n"
+                         "`chapter.show_figures(...)` from the results, or in EXPERIMENTS.md with their date):\n"
                          + "\n".join(drifted))
 
 

@@ -148,7 +148,7 @@ class Chapter:
         return self.stored
 
     def figure(self, name, variant=None, field="median_ms", *, size=None):
-        """A measured figure, for the chapter's text (see `lesson`).
+        """A measured figure, for the chapter's closing figures (see `show_figures`).
 
         name: a bar's text (its measured value, or field "p25"/"p75" for its spread), a record's key
         (with `variant`: one of its values), or a case's key with `variant`: that row's `field`
@@ -176,25 +176,6 @@ class Chapter:
             raise LookupError(f"{self.id} case {name!r} has no variant {variant!r}; it has: {sorted(rows)}")
         value = rows[variant][field]
         return value[0] if isinstance(value, list | tuple) else value  # a ratio: its median
-
-    def lesson(self, text, **figures):
-        """Show the chapter's closing text with its measured figures filled in (str.format fields:
-        `{speedup:.2f}`), each from this run on a GPU or from the stored GPU results in the
-        simulator, so that no figure in it is typed by hand. Markdown in Jupyter, text elsewhere;
-        nothing returned (a notebook would show the text a second time, as its cell's value)."""
-        stamp = self.figures_source()["stamp"]
-        origin = ("this run" if ON_GPU else "the stored run") + f" on {stamp['device']}, {stamp['date'][:10]}"
-        body = f"*Figures from {origin}.*\n\n" + text.strip().format(**figures)
-        try:
-            from IPython import get_ipython
-            from IPython.display import Markdown, display
-
-            if get_ipython() is not None:
-                display(Markdown(body))
-                return
-        except ImportError:
-            pass
-        print(body)
 
     def show_figures(self, figures):
         """The measured figures a chapter's closing bullets point to, a row each, so that the bullets

@@ -586,96 +586,75 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# Figures from this run on a GPU, from the stored run of the reference GPU in the simulator. Host figures move by
-# 10-50% between runs.
+# - **It learns as well as torch.** The two loss curves lie on each other (they differ only in the
+#   dropout masks): the end-to-end check that every gradient is right at full size.
+# - **A step as a graph beats torch eager in wall time**, less through its kernels than through its
+#   host: torch pays its host to issue its kernels through autograd at every step, while the graph
+#   pays one launch for all of ours. At this size torch's step is bound by its host, not its GPU.
+# - **The same step from Python, wrapper by wrapper**, costs its host each of its 28 wrapper calls (47
+#   launches), each checking its arguments and building its views. Graphs exist for exactly this.
+# - **Mixed precision learns as well** (where the GPU has the instructions): chapter 03's loss scale
+#   moves as the steps allow, and a scale of 2^40 planted in the trained network skips steps in a
+#   row, halving the scale each time, until the steps fit float16 again.
+# - **What a mixed step costs**: the tensor cores shorten every convolution and weight gradient, but
+#   BatchNorm, pooling and the loss stay float32, and the float16 casts are launches of their own.
+#   With half the channels the convolutions do a quarter of the arithmetic and every kernel is bound
+#   by latency: mixed precision pays where the multiplies are much of a step's time.
+# - **Where our GPU time goes**: the backward is several times the forward. On layers this small a
+#   kernel's launch and first loads are much of its time, and the weight gradient's slices add into
+#   dw with atomics. Chapter 01's BatchNorm kernels give each 64-value plane a block of 256 threads,
+#   three quarters of them idle; a warp per plane would fit these shapes.
+#
+# Host figures move by 10-50% between runs. The figures these bullets point to:
 
 # %%
-_accuracy = chapter.figure("training")
-_wall = chapter.figure("wall us per step")
 _graph, _plain, _torch = "workbook, one CUDA graph", "workbook, plain launches", "torch eager"
-_narrow = "training step, mixed precision, half as wide"
+_narrow, _by_part, _mixed_part = "training step, mixed precision, half as wide", "training step, by part", "mixed step, by part"
+_forward = "forward (gather not included)"
 
 
-def _mixed_text():
-    """The two bullets on mixed precision, where it ran (or, in the simulator, the stored run has it)."""
-    if not HAS_MMA:
-        return "- **Mixed precision**: not on this GPU (see above)."
-    trained = chapter.figure("mixed training")
-    last_n = min(10, len(trained["mixed accuracy"]))
-    planted_run = chapter.figure("planted overflow")
-    return """- **Mixed precision learns as well**: {mixed_acc:.1%} of the held-out digits against float32's
-  {ours:.1%} (the means of the last {last} epochs {mixed_diff:.2f} points apart), torch's AMP twin
-  {amp_acc:.1%}; the loss scale moved between {scale_low:.0f} and {scale_high:.0f}, with {skipped}
-  steps skipped. A scale of 2^40 planted in the trained network skipped {planted} steps in a row,
-  halving the scale each time down to {planted_scale:.3g}, where the steps fit float16 again
-  ({planted_all} of the 30 steps after it skipped in all).
-- **What a mixed step costs**: it takes {mixed_gpu:.2f} ms of GPU time against
-  float32's {graph_gpu:.2f} ({mixed_ratio:.2f} of it). Its backward takes {mixed_backward:.2f} ms
-  against float32's {backward:.2f}, its forward {mixed_forward:.2f} against {forward:.2f}: the tensor
-  cores shorten every convolution and weight gradient, but BatchNorm, pooling and the loss stay
-  float32, and the float16 casts are launches of their own. With half the channels the
-  convolutions do a quarter of the arithmetic, every kernel is bound by latency rather than
-  arithmetic, and the same comparison gives only {narrow_ratio:.2f} ({narrowtrained:.2f} ms against
-  {narrow_fp32:.2f}): mixed precision pays where the multiplies are much of a step's time.""".format(
-        ours=_accuracy["workbook accuracy"][-1], graph_gpu=chapter.figure("training step", _graph),
-        backward=chapter.figure("training step, by part", "backward"),
-        forward=chapter.figure("training step, by part", "forward (gather not included)"),
-        mixed_acc=trained["mixed accuracy"][-1], last=last_n,
-        amp_acc=trained["torch AMP accuracy"][-1] if trained.get("torch AMP accuracy") else float("nan"),
-        planted=planted_run["skipped"], planted_scale=planted_run["scales"][planted_run["skipped"]],
-        planted_all=planted_run["skipped in all"],
-        mixed_diff=chapter.figure(f"test accuracy, mean of the last {last_n} epochs: mixed - float32 (points)"),
-        scale_low=min(trained["loss scale"]), scale_high=max(trained["loss scale"]), skipped=trained["skipped steps"],
-        mixed_gpu=chapter.figure("training step, mixed precision", "mixed, one CUDA graph"),
-        mixed_ratio=chapter.figure("GPU time per step: mixed / float32"),
-        mixed_backward=chapter.figure("mixed step, by part", "backward"),
-        mixed_forward=chapter.figure("mixed step, by part", "forward (gather not included)"),
-        narrowtrained=chapter.figure(_narrow, "mixed, one CUDA graph"),
-        narrow_fp32=chapter.figure(_narrow, "float32, one CUDA graph"),
-        narrow_ratio=chapter.figure(_narrow, "mixed, one CUDA graph") / chapter.figure(_narrow, "float32, one CUDA graph"),
-    )
+def _last(record, key):
+    return lambda: chapter.figure(record)[key][-1]
 
 
-chapter.lesson("""
-- **It learns as well as torch.** {epochs} epochs of {steps} steps: {ours:.1%} of the held-out digits, the
-  torch twin {theirs:.1%}; the two loss curves lie on each other (they differ only in the dropout
-  masks), the end-to-end check that every gradient is right at full size.
-- **A step as a graph beats torch eager in wall time**: {graph_wall:.0f} us per step in a loop against
-  {torch_wall:.0f} ({ratio:.2f} of it). Not because the kernels are faster (the GPU time of a step is
-  {graph_gpu:.2f} ms against torch's {torch_gpu:.2f}) but because torch pays {torch_host:.0f} us of
-  host per step to issue its kernels through autograd, while the graph pays {graph_host:.0f} us to
-  issue all of ours: at this size torch's step is bound by its host, not by its GPU.
-- **The same step from Python, wrapper by wrapper**, costs {plain_host:.0f} us of host: each of its 28
-  wrapper calls (47 launches) checks its arguments and builds its views, {per_call:.0f} us a call.
-  Graphs exist for exactly this.
-{mixed}
-- **Where our GPU time goes**: the backward ({backward:.2f} ms) is {bwd_vs_fwd:.1f} times the forward
-  ({forward:.2f}). The data gradient runs at {dgrad:.1f} TFLOP/s against cuDNN's {dgrad_cudnn:.1f},
-  the weight gradient at {wgrad:.1f} against {wgrad_cudnn:.1f}: on layers this small a kernel's
-  launch and first loads are much of its time, and the weight gradient's slices add into dw with
-  atomics. Chapter 01's BatchNorm
-  kernels give each 64-value plane a block of 256 threads, three quarters of them idle; a warp per
-  plane would fit these shapes.
-""",
-    epochs=len(_accuracy["workbook accuracy"]),
-    steps=len(_accuracy["workbook loss"]) // len(_accuracy["workbook accuracy"]), ours=_accuracy["workbook accuracy"][-1],
-    theirs=_accuracy["torch accuracy"][-1] if _accuracy.get("torch accuracy") else float("nan"),
-    graph_wall=_wall[_graph], torch_wall=_wall[_torch], ratio=_wall[_graph] / _wall[_torch],
-    graph_gpu=chapter.figure("training step", _graph), torch_gpu=chapter.figure("training step", _torch),
-    torch_host=chapter.figure("training step", _torch, "host_us"),
-    graph_host=chapter.figure("training step", _graph, "host_us"),
-    plain_host=chapter.figure("training step", _plain, "host_us"),
-    per_call=chapter.figure("training step", _plain, "host_us") / 28,
-    backward=chapter.figure("training step, by part", "backward"),
-    forward=chapter.figure("training step, by part", "forward (gather not included)"),
-    bwd_vs_fwd=chapter.figure("training step, by part", "backward")
-    / chapter.figure("training step, by part", "forward (gather not included)"),
-    dgrad=chapter.figure("conv dgrad", "flipped filters + implicit GEMM", "tflops"),
-    dgrad_cudnn=chapter.figure("conv dgrad", "torch conv2d_input (cuDNN)", "tflops"),
-    wgrad=chapter.figure("conv wgrad", "split-K implicit GEMM", "tflops"),
-    wgrad_cudnn=chapter.figure("conv wgrad", "torch conv2d_weight (cuDNN)", "tflops"),
-    mixed=_mixed_text(),
-)
+chapter.show_figures({
+    "epochs x steps": ("{}", lambda: "{} x {}".format(len(chapter.figure("training")["workbook accuracy"]),
+                                                      len(chapter.figure("training")["workbook loss"])
+                                                      // len(chapter.figure("training")["workbook accuracy"]))),
+    "held-out accuracy: ours / torch's": ("{}", lambda: "{:.1%} / {:.1%}".format(
+        _last("training", "workbook accuracy")(), _last("training", "torch accuracy")())),
+    "wall a step in a loop: graph / torch eager": ("{}", lambda: "{:.0f} / {:.0f} us".format(
+        chapter.figure("wall us per step")[_graph], chapter.figure("wall us per step")[_torch])),
+    "GPU time a step: graph / torch": ("{}", lambda: "{:.2f} / {:.2f} ms".format(
+        chapter.figure("training step", _graph), chapter.figure("training step", _torch))),
+    "host a step: graph / torch eager / wrapper by wrapper": ("{}", lambda: "{:.0f} / {:.0f} / {:.0f} us".format(
+        *(chapter.figure("training step", v, "host_us") for v in (_graph, _torch, _plain)))),
+    "mixed precision: held-out accuracy / torch AMP's": ("{}", lambda: "{:.1%} / {:.1%}".format(
+        _last("mixed training", "mixed accuracy")(), _last("mixed training", "torch AMP accuracy")())),
+    "  loss scale: lowest / highest; steps skipped": ("{}", lambda: "{:.0f} / {:.0f}; {}".format(
+        min(chapter.figure("mixed training")["loss scale"]), max(chapter.figure("mixed training")["loss scale"]),
+        chapter.figure("mixed training")["skipped steps"])),
+    "  planted 2^40: skipped in a row / the scale then / skipped of 30": ("{}", lambda: "{} / {:.3g} / {}".format(
+        chapter.figure("planted overflow")["skipped"],
+        chapter.figure("planted overflow")["scales"][chapter.figure("planted overflow")["skipped"]],
+        chapter.figure("planted overflow")["skipped in all"])),
+    "GPU time a step: mixed / float32 (ratio)": ("{}", lambda: "{:.2f} / {:.2f} ms ({:.2f})".format(
+        chapter.figure("training step, mixed precision", "mixed, one CUDA graph"), chapter.figure("training step", _graph),
+        chapter.figure("GPU time per step: mixed / float32"))),
+    "  backward: mixed / float32; forward: mixed / float32": ("{}", lambda: "{:.2f} / {:.2f}; {:.2f} / {:.2f} ms".format(
+        chapter.figure(_mixed_part, "backward"), chapter.figure(_by_part, "backward"),
+        chapter.figure(_mixed_part, _forward), chapter.figure(_by_part, _forward))),
+    "  half as wide: mixed / float32": ("{}", lambda: "{:.2f} / {:.2f} ms".format(
+        chapter.figure(_narrow, "mixed, one CUDA graph"), chapter.figure(_narrow, "float32, one CUDA graph"))),
+    "float32 step: backward / forward": ("{}", lambda: "{:.2f} / {:.2f} ms".format(
+        chapter.figure(_by_part, "backward"), chapter.figure(_by_part, _forward))),
+    "conv dgrad: ours / cuDNN": ("{}", lambda: "{:.1f} / {:.1f} TFLOP/s".format(
+        chapter.figure("conv dgrad", "flipped filters + implicit GEMM", "tflops"),
+        chapter.figure("conv dgrad", "torch conv2d_input (cuDNN)", "tflops"))),
+    "conv wgrad: ours / cuDNN": ("{}", lambda: "{:.1f} / {:.1f} TFLOP/s".format(
+        chapter.figure("conv wgrad", "split-K implicit GEMM", "tflops"),
+        chapter.figure("conv wgrad", "torch conv2d_weight (cuDNN)", "tflops"))),
+})
 
 # %% [markdown]
 # ## Exercises you can check
