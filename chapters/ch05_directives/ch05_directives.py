@@ -476,12 +476,9 @@ for name, spans in timelines.items():
 # %% [markdown]
 # ## What the numbers mean
 #
-# (The figures are in the tables above, from this run on a GPU, or from the stored results of the reference GPU in
-# the simulator, and in `results/nvidia-h100-80gb-hbm3/ch05.json`.)
-#
-# - **The bus is the bottleneck, by far.** A merge of two 64 MiB images takes the GPU well under a
-#   millisecond; moving the images over PCIe takes milliseconds. Every rung of the ladder is a way to
-#   cross the bus fewer times, or to cross it while doing something else.
+# - **The bus is the bottleneck, by far.** A merge of two 64 MiB images takes the GPU a fraction of
+#   what moving the images over PCIe takes. Every rung of the ladder is a way to cross the bus fewer
+#   times, or to cross it while doing something else.
 # - **Directive vs data region.** The directive pays the bus (and a device allocation) at every
 #   operation; `@cuda.jit` on host arrays pays it twice over, since numba copies every argument back.
 #   A data region pays it once per sequence, so ten operations cost about what one does. That is
@@ -491,26 +488,51 @@ for name, spans in timelines.items():
 #   engines read host memory directly and lets a copy run while the GPU computes.
 # - **The pipeline's bound.** Serially, the time is at least (bytes up) / (up rate) + (bytes down) /
 #   (down rate). With both directions overlapped it tends to the larger of the two, here the 2 bytes
-#   per pixel going up, plus the fill and drain of one block. With the kernels this short, that caps
-#   the gain near (2 + 1) / 2 = 1.5x, less whatever the two directions lose by sharing the link and
-#   host memory (the "both ways at once" row says how much).
+#   per pixel going up, plus the fill and drain of one block. With kernels this short, that caps the
+#   gain near (2 + 1) / 2 = 1.5x, less whatever the two directions lose by sharing the link and host
+#   memory (the "both ways at once" row says how much).
 # - **The host is part of the pipeline.** Each block costs four calls from Python ("What a call
 #   costs" above). Few blocks leave a long fill and drain; many blocks add calls for the host and
-#   copies for the bus. The sweep's minimum sits where these costs meet, a broad floor a little
-#   above the overlapped bus bound. At 64 blocks the timed run stays within 20% of it, but the
-#   timeline's last panel, which adds two events per operation, is host-bound: the streams no
-#   longer overlap, each operation waiting for the host to issue it. That is what an uninstrumented
-#   run looked like with numba's `copy_to_device`/`copy_to_host`, which cost the host about 20x more
-#   per call than the driver functions: 16 blocks ran *slower* than the serial version. What was
-#   left at 64 blocks once the host kept up was the bus: ~2.5 us per copy ("What a copy costs the
-#   bus"), 0.3 ms for 128 copies up; one 2-D copy per block halved it. Measure the host, and count
-#   the copies.
+#   copies for the bus: the sweep's minimum sits where these costs meet, a broad floor a little above
+#   the overlapped bus bound. numba's `copy_to_device`/`copy_to_host` cost the host many times what
+#   the driver's functions do, enough to make a pipeline slower than the serial version; and each
+#   copy has a fixed cost on the bus ("What a copy costs the bus"), which one 2-D copy per block
+#   halves. Measure the host, and count the copies.
 # - **2-D grid vs tile.** The 2-D blur's 9 loads per pixel mostly hit L1 (each byte is used by 9
 #   threads of nearby warps); what it pays is instructions: 9 two-dimensional index computations,
-#   clamps and loads per pixel. The tile replaces them by 1.10 global and 3.75 shared loads per
-#   pixel, at the price of a barrier and the staging arithmetic; whether that wins is in the
-#   "blur on the device" table. Neither is near the HBM floor (2 bytes per pixel), and both are a
-#   small fraction of the end-to-end time: on this problem, the blur is not where the time goes.
+#   clamps and loads per pixel. The tile replaces them by about 1 global and 4 shared loads per pixel,
+#   at the price of a barrier and the staging arithmetic. Neither is near the HBM floor (2 bytes per
+#   pixel), and both are a small fraction of the end-to-end time: the blur is not where the time goes.
+#
+# The figures these bullets point to:
+
+# %%
+_copies, _calls, _bus = "host-device copies", "host cost per call", "bus cost per copy"
+_e2e, _merges = "merge + blur end to end", "10 merges end to end"
+chapter.show_figures({
+    "merge on the device / 64 MiB up, pinned": ("{}", lambda: "{:.3f} / {:.2f} ms".format(
+        chapter.figure("merge on the device", "merge kernel"), chapter.figure(_copies, "up, pinned"))),
+    "64 MiB up: pageable / pinned; down: pageable / pinned": ("{}", lambda: "{:.0f} / {:.0f}; {:.0f} / {:.0f} GB/s".format(
+        *(chapter.figure(_copies, v, "gbps") for v in ("up, pageable", "up, pinned", "down, pageable",
+                                                        "down, pinned")))),
+    "both ways at once, pinned": ("{:.0f} GB/s", lambda: chapter.figure(
+        "copies both ways at once", "up and down at once, pinned", "gbps")),
+    "10 merges: directive / @cuda.jit on host arrays / data region": ("{}", lambda: "{:.0f} / {:.0f} / {:.1f} ms".format(
+        *(chapter.figure(_merges, v) for v in ("directive (@vectorize), host arrays", "@cuda.jit on host arrays",
+                                                "data region")))),
+    "host a call: copy_to_device / driver.host_to_device": ("{}", lambda: "{:.0f} / {:.1f} us".format(
+        chapter.figure(_calls, "DeviceNDArray.copy_to_device, 1 row") * 1e3,
+        chapter.figure(_calls, "driver.host_to_device, 1 row") * 1e3)),
+    "128 MiB up, pinned: as 1 copy / as 128": ("{}", lambda: "{:.2f} / {:.2f} ms".format(
+        chapter.figure(_bus, "1 copies"), chapter.figure(_bus, "128 copies"))),
+    "blur on the device: 2-D grid / shared-memory tile": ("{}", lambda: "{:.3f} / {:.3f} ms".format(
+        chapter.figure("blur on the device", "2-D grid (collapse)"),
+        chapter.figure("blur on the device", "shared-memory tile"))),
+    "merge + blur: data region (pageable) / serial (pinned) / pipelined": ("{}", lambda: "{:.1f} / {:.1f} / {:.1f} ms".format(
+        *(chapter.figure(_e2e, v) for v in ("data region, pageable", "serial, pinned", "pipelined, 2-D blur")))),
+    "pipeline at 64 blocks / at its best block count": ("{:.2f}", lambda: chapter.figure(
+        "pipeline at 64 blocks / at its best block count (end to end)")),
+})
 
 # %%
 chapter.save()
