@@ -419,8 +419,27 @@ else:
 # - **Wider words** move the same bytes with half (8 bytes) or a quarter (16 bytes) of the load and
 #   store instructions, and keep more bytes in flight per thread; the 16-byte quads need an
 #   intrinsic, since numba exposes no such load, and the PTX shows whether the compiler emitted it.
-# - **Strided access** wastes the sector: at stride ≥ 8 the useful bandwidth falls by ~8x and
-#   stays there (compare the stored figures above), the cost every later chapter avoids.
+# - **Strided access** wastes the sector: at stride ≥ 8 each 32-byte sector the memory moves brings
+#   one useful float of its eight, so the useful bandwidth falls several-fold, the cost every later
+#   chapter avoids.
+# - **Bytes in flight** set a copy's rate: Little's law asks for latency x bandwidth bytes in flight
+#   on each SM, and a GPU with faster memory asks for more of them.
+#
+# The figures these bullets point to:
+
+# %%
+_copy = "copy"
+chapter.show_figures({
+    **{f"copy, {name}: of the copy ceiling": ("{:.0%}", lambda v=variant: chapter.figure(_copy, v, "fraction_of_ceiling"))
+       for name, variant in (("one per thread", "one per thread"), ("grid-stride x4", "grid-stride x4"),
+                             ("8-byte words", "grid-stride x4, 8-byte words"),
+                             ("16-byte quads", "16-byte quads, a quad per thread"), ("torch", "torch copy_"))},
+    "gather, useful GB/s: stride 1 / 8 / 32": ("{}", lambda: "{:.0f} / {:.0f} / {:.0f}".format(
+        *(chapter.figure(f"gather stride {k}", f"stride {k}", "gbps") for k in (1, 8, 32)))),
+    "load latency, idle GPU": ("{:.0f} ns", lambda: chapter.figure("bytes in flight", "latency_ns")),
+    "bytes in flight an SM needs (Little's law)": ("{:.1f} KB", lambda: chapter.figure(
+        "bytes in flight", "needed_kb_per_sm")),
+})
 
 # %%
 chapter.save()
