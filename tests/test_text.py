@@ -116,3 +116,18 @@ def test_every_tool_has_a_row():
     listed = (results.ROOT / "tools" / "README.md").read_text()
     tools = [p.name for p in (results.ROOT / "tools").iterdir() if p.suffix in (".py", ".sh")]
     assert not [name for name in tools if f"`{name}`" not in listed], "tools/README.md misses a script"
+
+
+@pytest.mark.parametrize("chapter", list(SCRIPTS))
+def test_the_close_is_markdown_then_one_table_of_figures(chapter):
+    """"What the numbers mean": at most eight bullets of Markdown (no prose assembled by code), then
+    one code cell that prints the figures they point to (chapter.show_figures)."""
+    cells = re.split(r"^# %%", SCRIPTS[chapter].read_text(), flags=re.M)
+    close = next((i for i, cell in enumerate(cells) if cell.startswith(" [markdown]")
+                  and "## What the numbers mean" in cell), None)
+    assert close is not None, f"{chapter} has no 'What the numbers mean'"
+    bullets = [line for line in cells[close].splitlines() if line.startswith("# - ")]
+    assert 1 <= len(bullets) <= 8, f"{chapter}'s close has {len(bullets)} bullets"
+    figures = cells[close + 1]
+    assert not figures.startswith(" [markdown]") and "chapter.show_figures(" in figures, \
+        f"{chapter}: the close's next cell does not print its figures"
