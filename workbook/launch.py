@@ -1,4 +1,7 @@
-"""Cheaper launches: a prepared launch, and a step captured into a CUDA graph (chapter 07).
+"""Launches: a cooperative launch (chapters 10 and 11), and the cheaper ones of chapter 07, a prepared
+launch and a step captured into a CUDA graph.
+
+    cooperative_launch(kernel, blocks, threads, shared_bytes, stream, *args)  # refused unless all resident
 
     launch = PreparedLaunch(kernel, blocks, threads, *args, returns=out)
     launch()        # the same kernel, buffers and configuration: the driver's cost, not numba's
@@ -17,9 +20,33 @@ import ctypes
 from collections import OrderedDict
 
 import numpy as np
-from numba import cuda
+from numba import cuda, typeof
 
 from . import ON_GPU
+
+
+# ---------------------------------------------------------------------------------------------
+# A cooperative launch: every block resident at once, so that a grid barrier cannot hang
+
+
+def cooperative_limit(kernel, args, threads, shared_bytes):
+    """Blocks of `kernel` that can be resident at once (a cooperative launch's largest grid)."""
+    if not ON_GPU:
+        return kernel.overloads[None].max_cooperative_grid_blocks(threads)
+    compiled = kernel.compile(tuple(typeof(a) for a in args))
+    return compiled.max_cooperative_grid_blocks(threads, shared_bytes)
+
+
+def cooperative_launch(kernel, blocks, threads, shared_bytes, stream, *args):
+    """kernel[blocks, threads, stream, shared_bytes](*args), refused if its blocks cannot all be
+    resident at once; past 48 KB of shared memory, asked for first."""
+    if ON_GPU:
+        allow_shared_memory(kernel.compile(tuple(typeof(a) for a in args)), shared_bytes)
+    limit = cooperative_limit(kernel, args, threads, shared_bytes)
+    if blocks > limit:
+        raise ValueError(f"{blocks} blocks of {threads} threads and {shared_bytes} bytes of shared memory "
+                         f"cannot all be resident at once (at most {limit}): a grid barrier would hang")
+    kernel[blocks, threads, stream, shared_bytes](*args)
 
 
 # ---------------------------------------------------------------------------------------------

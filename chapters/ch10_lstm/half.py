@@ -32,7 +32,7 @@ from workbook.tensor_cores import fragment_coordinates, mma_f16, pack_f16x2
 
 from .fused import FusedLSTM
 from .layer import sigmoid
-from .persistent import cooperative_launch
+from workbook.launch import cooperative_launch
 
 THREADS = 512 if ON_GPU else 64
 WARPS = THREADS // 32

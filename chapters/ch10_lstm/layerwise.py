@@ -30,7 +30,7 @@ from workbook.launch import shared_memory_limit
 
 from .fused import FusedLSTM
 from .layer import sigmoid
-from .persistent import cooperative_launch
+from workbook.launch import cooperative_launch
 
 THREADS = 512 if ON_GPU else 64  # 16 warps: faster a step at batch 64 than 256 threads (EXPERIMENTS.md)
 MAX_CHUNK, MAX_TB = 64, 8  # batch rows a block takes at once; of them, a thread's

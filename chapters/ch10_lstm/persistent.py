@@ -11,13 +11,12 @@ still step 2's big GEMM, before the launch."""
 
 import math
 
-import numba
 import numpy as np
 from numba import cuda, float32
 
 from workbook import ON_GPU
 from workbook.inputs import sm_count
-from workbook.launch import allow_shared_memory
+from workbook.launch import cooperative_launch
 
 from .fused import FusedLSTM
 from .layer import sigmoid
@@ -91,26 +90,6 @@ def persistent_layer_kernel(x_terms, w_hh, bias, h, c, y, units):
         u, b = n // B, n % B
         if j0 + u < H:
             h[b, j0 + u] = y[T - 1, b, j0 + u]
-
-
-def cooperative_limit(kernel, args, threads, shared_bytes):
-    """Blocks of `kernel` that can be resident at once (a cooperative launch's largest grid)."""
-    if not ON_GPU:
-        return kernel.overloads[None].max_cooperative_grid_blocks(threads)
-    compiled = kernel.compile(tuple(numba.typeof(a) for a in args))
-    return compiled.max_cooperative_grid_blocks(threads, shared_bytes)
-
-
-def cooperative_launch(kernel, blocks, threads, shared_bytes, stream, *args):
-    """kernel[blocks, threads, stream, shared_bytes](*args), refused if its blocks cannot all be
-    resident at once; past 48 KB of shared memory, asked for first."""
-    if ON_GPU:
-        allow_shared_memory(kernel.compile(tuple(numba.typeof(a) for a in args)), shared_bytes)
-    limit = cooperative_limit(kernel, args, threads, shared_bytes)
-    if blocks > limit:
-        raise ValueError(f"{blocks} blocks of {threads} threads and {shared_bytes} bytes of shared memory "
-                         f"cannot all be resident at once (at most {limit}): a grid barrier would hang")
-    kernel[blocks, threads, stream, shared_bytes](*args)
 
 
 class PersistentLSTM(FusedLSTM):

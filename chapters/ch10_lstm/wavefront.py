@@ -37,7 +37,7 @@ from workbook.launch import shared_memory_limit
 
 from .fused import FusedLSTM
 from .layer import sigmoid
-from .persistent import cooperative_launch
+from workbook.launch import cooperative_launch
 
 MAX_THREADS = 512 if ON_GPU else 128
 ZERO = float32(0.0)

@@ -23,7 +23,7 @@ A build's maps live in the builder's buffers: the next build replaces them."""
 import numpy as np
 from numba import cuda, int32
 
-from chapters.ch10_lstm.persistent import cooperative_limit
+from workbook.launch import cooperative_limit
 from workbook.inputs import require
 
 from .grouping import BUCKETS, SCAN_THREADS, block_scan, bucket, claim
