@@ -6,6 +6,8 @@ import struct
 
 import numpy as np
 
+from ..tensor_layouts import MMA_SHAPES, fragment_coordinates, truncate_tf32
+
 WARP_SIZE = 32
 
 # The four modes of PTX shfl.sync; numba always shuffles across the whole warp (no `width`).
@@ -139,7 +141,6 @@ _LANES = np.arange(WARP_SIZE)
 def _fragment_index(kind):
     """Per register, the flat indices of A (M x K), B (K x N) and C (M x N) each lane holds; for 16-bit
     kinds the first of the pair (the second is the next column of A, the next row of B)."""
-    from ..tensor_cores import MMA_SHAPES, fragment_coordinates
 
     m, n, k = MMA_SHAPES[kind]
     where = fragment_coordinates(kind)
@@ -158,7 +159,6 @@ def _resolve_mma(call, block):
     if kind not in _FRAGMENTS:
         _FRAGMENTS[kind] = _fragment_index(kind)
     a_at, b_at, c_at = _FRAGMENTS[kind]
-    from ..tensor_cores import MMA_SHAPES, truncate_tf32
 
     m, n, k = MMA_SHAPES[kind]
     regs_a = np.array([call.calls[lane][2][1] for lane in range(WARP_SIZE)], np.uint32)

@@ -4,6 +4,7 @@ Each function is named, and says it lives, where the compile worker finds its GP
 
 import numpy as np
 
+from ..tensor_layouts import decode_descriptor, round_tf32, swizzle128
 from . import watch
 from .numba_typing import as_read
 from .scheduler import FULL_MASK, current
@@ -53,7 +54,6 @@ mma_bf16 = _make_mma("mma_bf16", "bf16")
 def to_tf32(x):
     """cvt.rna.tf32.f32, as tensor_cores.round_tf32 models it; given an integer (a float32's bits,
     as ldmatrix hands them out), the rounded bits."""
-    from ..tensor_cores import round_tf32  # here, not above: tensor_cores imports this module
 
     x = as_read(x)
     if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
@@ -235,7 +235,6 @@ def _resolve(me, op, addresses):
 
 def _operand(me, op, descriptor, rows, kind):
     """Rows `rows` of a K-major tile described by `descriptor`, 32 bytes of depth each, as float64."""
-    from ..tensor_cores import decode_descriptor, swizzle128
 
     fields = decode_descriptor(descriptor)
     if fields["layout"] != 1 or fields["base_offset"]:
