@@ -410,18 +410,19 @@ class TensorCalls:
         self.found += 1
         return kept
 
-    def keep(self, key, entry, returns=(), owners=()):
+    def keep(self, key, entry, returns=(), owners=(), holds=()):
         """Keep the launch of a call that took the full path: `entry` from LaunchCache.launch (or a
         tuple of them, the call's launches in their order), `returns` the wrapper's return values
         (numba views of the tensors), `owners` the index in the key's tensors of the tensor that
-        each return value views."""
+        each return value views, `holds` the device arrays the launches read that are not the
+        caller's (a table the wrapper made and caches): kept alive as long as the entry is."""
         entries = entry if isinstance(entry, tuple) else (entry,)  # an entry itself is a list
         if key is None or not entries or any(e is None for e in entries):
             return
         from .inputs import unheld
 
         try:
-            self.entries[key] = _Found(entries, tuple(map(unheld, returns)), tuple(owners))
+            self.entries[key] = _Found(entries, tuple(map(unheld, returns)), tuple(owners), tuple(holds))
         except TypeError:  # an option that cannot be hashed: such calls take the full path
             return
         if len(self.entries) > self.size:
@@ -431,10 +432,10 @@ class TensorCalls:
 class _Found:
     """A kept call of TensorCalls: called with the scalars, it launches and returns the views."""
 
-    __slots__ = ("entries", "views", "owners")
+    __slots__ = ("entries", "views", "owners", "holds")
 
-    def __init__(self, entries, views, owners):
-        self.entries, self.views, self.owners = entries, views, owners
+    def __init__(self, entries, views, owners, holds=()):
+        self.entries, self.views, self.owners, self.holds = entries, views, owners, holds
 
     def __call__(self, scalars, tensors):
         """scalars: the one launch's, as LaunchCache.again takes them; None: every launch with the

@@ -136,5 +136,6 @@ def conv2d_implicit(x, w, out, *, stride=1, padding=0, dilation=1, workspace=Non
     entries = launch_gemm(kernel, tile, g.K, g.gemm_columns, g.gemm_depth, splits,
                           out.reshape(g.N, g.K, g.P * g.Q), x.reshape(-1), a,
                           table, g.H, g.W, g.P * g.Q, g.Q, g.R, g.S, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, stream=stream)
-    _torch_calls.keep(key, entries, returns=(out,), owners=(2,))
+    # the tap table is the launch's own: cached per geometry, but it may be evicted while kept here
+    _torch_calls.keep(key, entries, returns=(out,), owners=(2,), holds=(table,))
     return out
