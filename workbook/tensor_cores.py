@@ -82,8 +82,6 @@ source when issued and writes shared memory only at the cp_async_wait that cover
 wait reads the stale tile there as it may on a GPU.
 """
 
-import numpy as np
-
 from . import MODE
 from .tensor_layouts import (MMA_SHAPES, SWIZZLE_ATOM, SWIZZLE_ROW, TF32_MASK, WGMMA_ACCUMULATORS,  # noqa: F401
                              WGMMA_SHAPES, decode_descriptor, fragment_coordinates, round_tf32, shared_descriptor,
