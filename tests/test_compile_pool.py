@@ -91,3 +91,16 @@ def test_warm_up_compiles_each_kernel_and_they_compute_the_reference():
     _twice[1, 64](x64, out64)
     workbook.assert_close(out, np.arange(1000, dtype=np.float32) + 1, name="add one")
     workbook.assert_close(out64, 2 * np.arange(33, dtype=np.float64), name="twice")
+
+
+def test_a_check_inside_a_warm_up_call_is_left_to_the_callers_own_call():
+    wrong = np.zeros(4, np.float32)
+    compile_pool._local.pooled = True  # as in warm_up's threads
+    try:
+        assert compile_pool.warming_up()
+        workbook.assert_close(wrong, np.ones(4, np.float32), name="thrown away")  # no error: the call is redone
+    finally:
+        compile_pool._local.pooled = False
+    assert not compile_pool.warming_up()
+    with pytest.raises(workbook.check.CheckError, match="checked"):
+        workbook.assert_close(wrong, np.ones(4, np.float32), name="checked")

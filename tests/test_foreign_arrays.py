@@ -545,3 +545,11 @@ def test_torch_gemm_bt():
     a16, bt16 = a.cpu().numpy(), bt.cpu().numpy()
     workbook.assert_close(c, ch09.gemm_reference(a16, bt16.T, "f16").astype(np.float32), rtol=0,
                           atol=float(ch09.tolerance(a16, bt16.T, "f16").max()), name="gemm_bt")
+
+
+def test_a_torch_tensor_is_known_before_any_check_has_read_one():
+    """TensorCalls asks before require() reads: the first call of a process on torch tensors is kept."""
+    tensor = type("Tensor", (), {"__module__": "torch"})  # a type never met: torch's by its name
+    parameter = type("Parameter", (tensor,), {"__module__": "torch.nn.parameter"})
+    assert inputs.is_torch_tensor(parameter()) and inputs.is_torch_tensor(tensor())
+    assert not inputs.is_torch_tensor(np.zeros(3)) and not inputs.is_torch_tensor(cuda.to_device(np.zeros(3)))

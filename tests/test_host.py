@@ -102,3 +102,19 @@ def test_standard_normal_depends_on_the_seed_only(monkeypatch):
     assert host.standard_normal(np.random.default_rng(5), 1000, np.float16).dtype == np.float16
     monkeypatch.setattr(host, "SMALL", 1 << 40)  # small sizes: exactly rng.standard_normal
     same(host.standard_normal(np.random.default_rng(6), 10), np.random.default_rng(6).standard_normal(10, dtype=np.float32))
+
+
+def test_in_process_returns_what_the_call_returns_and_names_what_failed():
+    from chapters.ch10_lstm import reference as lstm
+
+    weights = lstm.init_lstm(5, 7, 2)
+    rng = np.random.default_rng(3)
+    parts = [(rng.standard_normal((3, b, 5)), rng.standard_normal((2, b, 7)), rng.standard_normal((2, b, 7)))
+             for b in (1, 4)]
+    computed = host.in_process(lstm.lstm_references, parts, weights).result()
+    for (x, h0, c0), got in zip(parts, computed):
+        for one, whole_batch in zip(got, lstm.lstm_reference(x, weights, h0, c0)):
+            np.testing.assert_allclose(one, whole_batch, rtol=1e-12, atol=1e-14)
+    assert host.in_process(print, "said", "nothing").result() is None  # prints go to stderr, not the result
+    with pytest.raises(RuntimeError, match="lstm_reference failed in its own process(.|\n)*could not convert"):
+        host.in_process(lstm.lstm_reference, "not an array", weights).result()

@@ -43,6 +43,12 @@ def compiles():
     return _compiled[0]
 
 
+def warming_up():
+    """Is this thread making a warm-up call (warm_up's)? Its outputs are thrown away and the caller's
+    own call of the same function is checked: a check inside the warm-up call can be skipped."""
+    return getattr(_local, "pooled", False)
+
+
 def warm_up(functions):
     """On a GPU: call each of {name: fn} (or a list of fns) once, all at the same time, their
     kernel compiles in worker processes; the caller then calls them as it would have. Errors are
@@ -155,14 +161,23 @@ class _Pool:
     def _take(self):
         with self.lock:
             if self.idle.empty() and self.started < self.size:
-                self.started += 1
-                env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", WORKBOOK_DEVICE="compile",
-                           NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING="1",
-                           PYTHONPATH=os.pathsep.join([str(ROOT), os.getcwd(), os.environ.get("PYTHONPATH", "")]))
-                return subprocess.Popen([sys.executable, "-c", "from workbook.compile_pool import serve; serve()"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                        start_new_session=True)
+                return self._start()
         return self.idle.get()
+
+    def _start(self):
+        self.started += 1
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", WORKBOOK_DEVICE="compile",
+                   NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING="1",
+                   PYTHONPATH=os.pathsep.join([str(ROOT), os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+        return subprocess.Popen([sys.executable, "-c", "from workbook.compile_pool import serve; serve()"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+
+    def start_all(self):
+        """Every worker started now, idle: each imports numba and makes a first compile while this
+        process does something else (a chapter's process, before its turn)."""
+        with self.lock:
+            while self.started < self.size:
+                self.idle.put(self._start())
 
 
     def close(self):
@@ -174,6 +189,25 @@ class _Pool:
 
 
 _the_pool = []
+
+
+def start():
+    """On a GPU, before any kernel is compiled: start the workers, and make this process's first
+    compile (numba sets up its typing and LLVM then: a second or so), so that neither waits in the
+    first warm-up. Creates no GPU context. In the simulator: nothing."""
+    if not ON_GPU:
+        return
+    _pool().start_all()
+    _first_compile()
+
+
+def _first_compile():
+    from numba import cuda
+
+    def tiny(x):
+        x[0] = 1.0
+
+    cuda.compile_ptx(tiny, "void(float32[:])", cc=(7, 5))  # any target: what is set up is not per target
 
 
 def _pool():
@@ -216,6 +250,7 @@ def serve():
     # numba asks the current device for its compute capability: answer the client's, with no driver
     dispatcher.get_current_device = lambda: _NoDevice
     codegen.devices = SimpleNamespace(get_context=lambda devnum=None: SimpleNamespace(device=_NoDevice))
+    _first_compile()  # before the first request: it need not wait for numba's set-up
     while True:
         request = _receive(stdin)
         if request is None:

@@ -14,11 +14,15 @@ pieces of rows, computed at once and joined again, with the same result to the b
 
 Small arrays (all of the simulator's) are computed in one call, as if undecorated. The inputs of
 such references are drawn the same way: `standard_normal(rng, shape)`. A reference that is a loop
-(an LSTM's steps) can instead be computed while the GPU's kernels compile: `in_background`.
+(an LSTM's steps) can instead be computed while the GPU's kernels compile and run: in a process of
+its own (`in_process`), where it neither waits for this process's launches nor keeps them waiting.
 """
 
 import functools
 import os
+import pickle
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -114,6 +118,37 @@ def in_background(function, *args, **kwargs):
 
     threading.Thread(target=run, name="workbook-background", daemon=True).start()
     return future
+
+
+# A child of in_process: this process's sys.path first (so the function's module imports as it does
+# here), then (function, args); prints are sent to stderr, the pickled result alone to stdout.
+_CHILD = """
+import pickle, sys
+sys.path[:0] = pickle.load(sys.stdin.buffer)
+function, args = pickle.load(sys.stdin.buffer)
+result, sys.stdout = sys.stdout.buffer, sys.stderr
+pickle.dump(function(*args), result, protocol=pickle.HIGHEST_PROTOCOL)
+"""
+
+
+def in_process(function, *args):
+    """function(*args) computed in a new Python process, started now; returns a Future of its result.
+
+    For a NumPy reference that is a long Python loop of small array operations (an LSTM's steps):
+    in a thread of this process it would hold Python's lock between its operations, and every
+    launch the GPU is given meanwhile would wait for it (and it for them). function must be found by
+    its module and name (a module's function, not a notebook's); it and args are pickled."""
+    payload = pickle.dumps(list(sys.path)) + pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)
+    name = getattr(function, "__qualname__", repr(function))
+
+    def run():
+        done = subprocess.run([sys.executable, "-c", _CHILD], input=payload, capture_output=True, check=False)
+        if done.returncode != 0:
+            tail = done.stderr.decode(errors="replace").strip().splitlines()[-12:]
+            raise RuntimeError(f"{name} failed in its own process:\n" + "\n".join(tail))
+        return pickle.loads(done.stdout)
+
+    return in_background(run)
 
 
 def standard_normals(rng, sizes, dtype=np.float32):

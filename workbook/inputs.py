@@ -253,8 +253,7 @@ _READERS = {}  # type -> its reader, worked out once per type
 def _reader_for(cls):
     """torch.Tensor and its subclasses (nn.Parameter) through torch's accessors, anything else
     through __cuda_array_interface__. torch is recognised by name: nothing here imports it."""
-    is_torch = any(c.__name__ == "Tensor" and c.__module__ == "torch" for c in cls.__mro__)
-    _READERS[cls] = reader = _TORCH if is_torch else _INTERFACE
+    _READERS[cls] = reader = _TORCH if _torch_named(cls) else _INTERFACE
     return reader
 
 
@@ -297,8 +296,20 @@ FOREIGN = ForeignViews(make=_numba_view if ON_GPU else None)
 
 
 def is_torch_tensor(given):
-    """Whether `given`, an argument that require() has already read, is a torch tensor."""
-    return _READERS.get(type(given)) is _TORCH
+    """Whether `given` is a torch tensor (or a subclass's): one lookup for a type met before, read
+    by require() or not (a wrapper asks before it reads its arguments: launch.TensorCalls)."""
+    cls = type(given)
+    known = _IS_TORCH.get(cls)
+    if known is None:
+        known = _IS_TORCH[cls] = _READERS.get(cls, _reader_for(cls) if _torch_named(cls) else None) is _TORCH
+    return known
+
+
+_IS_TORCH = {}  # type -> whether it is torch's
+
+
+def _torch_named(cls):
+    return any(c.__name__ == "Tensor" and c.__module__ == "torch" for c in cls.__mro__)
 
 
 def empty_like_input(given, shape, dtype):

@@ -45,7 +45,8 @@ def _run_one(script, log_path, use_notebook, cells_path):
 
 # A chapter script's process, started while the previous chapter runs: it imports what every chapter
 # imports (seconds of CPU, no GPU work: no context is made), and on a GPU the optional libraries its
-# package names in PRELUDE (chapter 11's spconv: seconds of imports), then waits for "go" on stdin and runs
+# package names in PRELUDE (chapter 11's spconv: seconds of imports) and starts its compile workers
+# (compile_pool.start: their imports and first compiles), then waits for "go" on stdin and runs
 # the script as `python script.py` would, cell by cell (run_cells). It ends with os._exit once the
 # script is done: a process that has recorded a timeline with torch's profiler (workbook.timeline)
 # can abort in its native teardown ("free(): invalid pointer", pytorch/pytorch#195207: torch frees
@@ -70,6 +71,8 @@ if workbook.ON_GPU:
             importlib.import_module(name)
         except ImportError:
             pass
+    from workbook import compile_pool
+    compile_pool.start()  # the compile workers ready, numba's compiler set up: no GPU context
 if sys.stdin.readline().strip() != "go":
     sys.exit(0)
 script, cells_path = sys.argv[1:3]

@@ -39,12 +39,12 @@
 #
 # Every variant is checked against a float64 NumPy LSTM (`reference.py`). Without a GPU, the
 # simulator runs all of them on a small LSTM (its grid barrier included: the blocks of a
-# cooperative launch run side by side there) and the stored H100 figures follow each comparison.
+# cooperative launch run side by side there), and the reference GPU's stored figures follow each
+# comparison.
 
 # %%
 # %load_ext autoreload
 # %autoreload 2
-import functools
 
 import numpy as np
 
@@ -280,44 +280,34 @@ def check_fp16(out, expected, name):
                           rtol=r, atol=a, name=name)
 
 
-@functools.lru_cache(maxsize=None)
-def reference(batch, fp16=False, steps=STEPS):
-    """The float64 LSTM's (y, h_n, c_n) from the first `steps` steps of inputs(batch), computed
-    once; fp16=True: the FP16 model."""
-    if steps == STEPS and batch in BATCHES:
-        return every_batch(fp16)[batch]
-    x, h0, c0 = inputs(batch)
-    return ref.lstm_reference(x[:steps], weights, h0, c0, fp16=fp16)
-
-
-@functools.lru_cache(maxsize=None)
-def every_batch(fp16):
-    """{batch: reference} for every batch of BATCHES from one float64 LSTM of all their rows side by
-    side: the rows of a batch are independent, so one loop over the steps serves them all."""
-    parts = [inputs(batch) for batch in BATCHES]
-    x, h0, c0 = (np.concatenate([part[i] for part in parts], axis=1) for i in range(3))
-    y, h_n, c_n = ref.lstm_reference(x, weights, h0, c0, fp16=fp16)
-    starts = np.cumsum((0,) + BATCHES)
-    return {batch: (y[:, a:b], h_n[:, a:b], c_n[:, a:b]) for batch, a, b in zip(BATCHES, starts, starts[1:])}
-
-
 device_inputs = {batch: [cuda.to_device(a) for a in inputs(batch)] for batch in BATCHES}  # x, h0, c0
 big = max(BATCHES)
 first_steps = (device_inputs[big][0][:SLOW_STEPS], *device_inputs[big][1:])  # x's first steps: a view
+# The float64 references, each a loop over the steps in a process of its own, started first: they
+# take the host seconds, while the kernels below compile and run. One reference serves every batch
+# (lstm_references: one LSTM of all their rows side by side).
+x_big, h0_big, c0_big = inputs(big)
+computing = {"slow": host.in_process(ref.lstm_reference, x_big[:SLOW_STEPS], weights, h0_big, c0_big),
+             False: host.in_process(ref.lstm_references, [inputs(batch) for batch in BATCHES], weights)}
+if net_half is not None:
+    computing[True] = host.in_process(ref.lstm_references, [inputs(batch) for batch in BATCHES], weights, True)
+
+
+def reference(batch, fp16=False):
+    """The float64 LSTM's (y, h_n, c_n) for inputs(batch) (fp16=True: the FP16 model's)."""
+    if batch in BATCHES:
+        return computing[fp16].result()[BATCHES.index(batch)]
+    x, h0, c0 = inputs(batch)
+    return ref.lstm_reference(x, weights, h0, c0, fp16=fp16)
+
+
 slow = {"naive: 2 GEMMs a gate a step": lambda: net_naive(*first_steps),
         "fused: hoisted input GEMM, fused cell": lambda: net_fused(*first_steps)}
 # On a GPU every variant is called once for every batch, all at the same time, their kernels
-# compiled side by side (bench.warm_up; the slow calls' outputs kept for their checks), while the
-# host computes the float64 references.
+# compiled side by side (bench.warm_up; the slow calls' outputs kept for their checks).
 nets = [net for net in (net_persistent, net_wavefront, net_layerwise, net_streams, net_half) if net is not None]
-warming = host.in_background(bench.warm_up, [lambda net=net, a=a: net(*a) for net in nets for a in device_inputs.values()]
-                             + list(slow.values()), keep=slow.values())
-reference(big, steps=SLOW_STEPS)
-for batch in BATCHES:
-    reference(batch)
-    if net_half is not None:
-        reference(batch, fp16=True)
-warming.result()
+bench.warm_up([lambda net=net, a=a: net(*a) for net in nets for a in device_inputs.values()] + list(slow.values()),
+              keep=slow.values())
 
 cudnn, cudnn_fp16 = (torch_lstm(), torch_lstm(torch.float16)) if torch is not None else (None, None)
 slow_case = f"LSTM forward, batch {big}, first {SLOW_STEPS} steps"
@@ -326,7 +316,7 @@ slow_comparison = chapter.compare(
     baselines={"torch.nn.LSTM (cuDNN)": cudnn_call(cudnn, *(bench.torch_view(a) for a in first_steps))}
     if torch is not None else None,
     flops=2.0 * SLOW_STEPS * big * 4 * HIDDEN * (INPUT + HIDDEN + (LAYERS - 1) * 2 * HIDDEN),
-    reference=lambda: reference(big, steps=SLOW_STEPS), check=check,
+    reference=lambda: computing["slow"].result(), check=check,
     size=f"T={SLOW_STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={big}", repeats=15, seconds=6)
 
 comparisons, comparisons_fp16 = {}, {}
@@ -396,7 +386,7 @@ if net_half is not None and net_wavefront is not None:
 # the process, numba's included) and the host's launch calls, then draws a row for the ranges, one
 # for the launches and one per GPU stream. Below: 8 steps of one layer, launched call by call,
 # then the same forward captured once as a CUDA graph and replayed (chapter 07). Without a GPU
-# the recording has only the ranges, on the host's clock, and the stored H100 plot follows.
+# the recording has only the ranges, on the host's clock, and the reference GPU's stored plot follows.
 
 # %%
 small_net = fused.FusedLSTM(ref.init_lstm(HIDDEN, HIDDEN, 1, seed=0))
