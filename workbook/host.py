@@ -120,6 +120,8 @@ def in_background(function, *args, **kwargs):
     return future
 
 
+BLAS_THREADS = 1  # in_process's matrix-product threads a process
+
 # A child of in_process: this process's sys.path first (so the function's module imports as it does
 # here), then (function, args); prints are sent to stderr, the pickled result alone to stdout.
 _CHILD = """
@@ -137,12 +139,18 @@ def in_process(function, *args):
     For a NumPy reference that is a long Python loop of small array operations (an LSTM's steps):
     in a thread of this process it would hold Python's lock between its operations, and every
     launch the GPU is given meanwhile would wait for it (and it for them). function must be found by
-    its module and name (a module's function, not a notebook's); it and args are pickled."""
+    its module and name (a module's function, not a notebook's); it and args are pickled. The
+    process's matrix products run in one thread (BLAS_THREADS): a few such processes side by side,
+    beside the kernels' compiles in their workers, each have a core of their own, where threads
+    of a library's pool on every core would take turns with all of them."""
     payload = pickle.dumps(list(sys.path)) + pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)
     name = getattr(function, "__qualname__", repr(function))
+    threads = str(BLAS_THREADS)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
 
     def run():
-        done = subprocess.run([sys.executable, "-c", _CHILD], input=payload, capture_output=True, check=False)
+        done = subprocess.run([sys.executable, "-c", _CHILD], input=payload, capture_output=True, env=env,
+                              check=False)
         if done.returncode != 0:
             tail = done.stderr.decode(errors="replace").strip().splitlines()[-12:]
             raise RuntimeError(f"{name} failed in its own process:\n" + "\n".join(tail))
