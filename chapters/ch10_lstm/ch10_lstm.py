@@ -283,29 +283,22 @@ def check_fp16(out, expected, name):
 device_inputs = {batch: [cuda.to_device(a) for a in inputs(batch)] for batch in BATCHES}  # x, h0, c0
 big = max(BATCHES)
 first_steps = (device_inputs[big][0][:SLOW_STEPS], *device_inputs[big][1:])  # x's first steps: a view
-# The float64 references, loops over the steps, computed in processes of their own, started first:
-# they take the host's seconds while the kernels below compile. The rows of a batch are independent,
-# so each batch's reference is computed in pieces of at most 16 rows, side by side.
-def start_reference(x, h0, c0, fp16=False, rows=16):
-    return [host.in_process(ref.lstm_reference, x[:, a:a + rows], weights, h0[:, a:a + rows], c0[:, a:a + rows], fp16)
-            for a in range(0, x.shape[1], rows)]
-
-
-def joined(pieces):
-    return tuple(np.concatenate(parts, axis=1) for parts in zip(*(piece.result() for piece in pieces)))
-
-
+# The float64 references, each a loop over the steps in a process of its own, started first: they
+# take the host seconds, while the kernels below compile and run. One reference serves every batch
+# (lstm_references: one LSTM of all their rows side by side).
 x_big, h0_big, c0_big = inputs(big)
-computing = {"slow": start_reference(x_big[:SLOW_STEPS], h0_big, c0_big)}
-computing.update({(batch, fp16): start_reference(*inputs(batch), fp16=fp16) for batch in BATCHES
-                  for fp16 in ((False, True) if net_half is not None else (False,))})
+computing = {"slow": host.in_process(ref.lstm_reference, x_big[:SLOW_STEPS], weights, h0_big, c0_big),
+             False: host.in_process(ref.lstm_references, [inputs(batch) for batch in BATCHES], weights)}
+if net_half is not None:
+    computing[True] = host.in_process(ref.lstm_references, [inputs(batch) for batch in BATCHES], weights, True)
 
 
 def reference(batch, fp16=False):
     """The float64 LSTM's (y, h_n, c_n) for inputs(batch) (fp16=True: the FP16 model's)."""
-    if (batch, fp16) not in computing:
-        computing[batch, fp16] = start_reference(*inputs(batch), fp16=fp16)
-    return joined(computing[batch, fp16])
+    if batch in BATCHES:
+        return computing[fp16].result()[BATCHES.index(batch)]
+    x, h0, c0 = inputs(batch)
+    return ref.lstm_reference(x, weights, h0, c0, fp16=fp16)
 
 
 slow = {"naive: 2 GEMMs a gate a step": lambda: net_naive(*first_steps),
@@ -315,8 +308,6 @@ slow = {"naive: 2 GEMMs a gate a step": lambda: net_naive(*first_steps),
 nets = [net for net in (net_persistent, net_wavefront, net_layerwise, net_streams, net_half) if net is not None]
 bench.warm_up([lambda net=net, a=a: net(*a) for net in nets for a in device_inputs.values()] + list(slow.values()),
               keep=slow.values())
-for piece in (piece for pieces in computing.values() for piece in pieces):
-    piece.result()  # every reference done: nothing else busy on the host while the variants are timed
 
 cudnn, cudnn_fp16 = (torch_lstm(), torch_lstm(torch.float16)) if torch is not None else (None, None)
 slow_case = f"LSTM forward, batch {big}, first {SLOW_STEPS} steps"
@@ -325,7 +316,7 @@ slow_comparison = chapter.compare(
     baselines={"torch.nn.LSTM (cuDNN)": cudnn_call(cudnn, *(bench.torch_view(a) for a in first_steps))}
     if torch is not None else None,
     flops=2.0 * SLOW_STEPS * big * 4 * HIDDEN * (INPUT + HIDDEN + (LAYERS - 1) * 2 * HIDDEN),
-    reference=lambda: joined(computing["slow"]), check=check,
+    reference=lambda: computing["slow"].result(), check=check,
     size=f"T={SLOW_STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={big}", repeats=15, seconds=6)
 
 comparisons, comparisons_fp16 = {}, {}
@@ -347,13 +338,13 @@ for batch in BATCHES:
     comparisons[batch] = chapter.compare(
         f"LSTM forward, batch {batch}", variants, baselines=baselines, flops=flops,
         reference=lambda batch=batch: reference(batch), check=check,
-        size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=10)
+        size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=15)
     if net_half is not None:
         comparisons_fp16[batch] = chapter.compare(
             f"LSTM forward in FP16, batch {batch}", {_half: lambda: net_half(d_x, d_h0, d_c0)},
             baselines=baselines_fp16, flops=flops, check=check_fp16,
             reference=lambda batch=batch: reference(batch, fp16=True),
-            size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=10)
+            size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=15)
 
 # %%
 if workbook.ON_GPU:

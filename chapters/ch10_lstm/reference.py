@@ -74,6 +74,16 @@ def lstm_reference(x, weights, h0=None, c0=None, fp16=False):
     return sequence, h_n, c_n
 
 
+def lstm_references(inputs, weights, fp16=False):
+    """[lstm_reference(x, weights, h0, c0, fp16) for (x, h0, c0) in inputs] (the same number of steps
+    each), computed as one LSTM of all their rows side by side: the rows of a batch are independent,
+    so one loop over the steps serves every batch."""
+    x, h0, c0 = (np.concatenate([part[i] for part in inputs], axis=1) for i in range(3))
+    y, h_n, c_n = lstm_reference(x, weights, h0, c0, fp16=fp16)
+    starts = np.cumsum([0] + [part[0].shape[1] for part in inputs])
+    return [(y[:, a:b], h_n[:, a:b], c_n[:, a:b]) for a, b in zip(starts, starts[1:])]
+
+
 def tolerance(hidden, input_size):
     """(rtol, atol) for a float32 LSTM against lstm_reference. Each gate's pre-activation is a sum
     of I + H + 2 float32 products of values below ~1 in size: off by at most about (I + H) * 2^-24
