@@ -30,9 +30,15 @@ def test_a_simulator_run_shows_no_table_without_figures(tmp_path, monkeypatch):
         ("forward, batch 3 (B=3)", "naive", False, False), ("forward, batch 3 (B=3)", "fused", False, False),
         ("shared case (n=2^28)", "fused", True, False),
         ("forward, batch 64 (B=64)", "naive", True, True), ("forward, batch 64 (B=64)", "fused", True, True)]
+    gpu["bars"] = [{"what": "fused vs naive [B=64]", "measured": 6.0, "spread": [5.9, 6.1], "target": ">= 5",
+                    "met": True, "verdict": "met"}]
+    sim["title"] = "A chapter"
+    sim["cases"][0]["rows"][1]["correct"] = False
     out = io.StringIO()
     report.summary(Console(file=out, width=100), ["ch99"], "sim", tmp_path)
-    text = " ".join(out.getvalue().split())  # the titles wrap at the console's width
-    assert "ch99 forward, batch 3 (B=3): 2 of 2 correct here" in text  # one line, not a table of dashes
-    assert "forward, batch 64 (B=64) (the reference GPU's run, not the simulator's)" in text
-    assert "9 ms" in text and "0.5 ms" in text
+    text = " ".join(out.getvalue().split())  # lines wrap at the console's width
+    # a few lines a chapter: what was checked here, then the bars as the reference GPU measured them
+    assert "ch99 A chapter: 3 kernel runs checked in 2 cases, 1 wrong (forward, batch 3: fused)" in text
+    assert "met fused vs naive [B=64]: 6 [5.9-6.1] (target >= 5)" in text
+    assert "9 ms" not in text and "─" not in out.getvalue()  # no case tables: SUMMARY.md has them
+    assert f"results/{results.REFERENCE_DEVICE}/SUMMARY.md" in text

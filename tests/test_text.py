@@ -116,6 +116,8 @@ def test_every_tool_has_a_row():
     listed = (results.ROOT / "tools" / "README.md").read_text()
     tools = [p.name for p in (results.ROOT / "tools").iterdir() if p.suffix in (".py", ".sh")]
     assert not [name for name in tools if f"`{name}`" not in listed], "tools/README.md misses a script"
+    probes = [p.relative_to(results.ROOT).as_posix() for p in (results.ROOT / "chapters").glob("*/probes/*.py")]
+    assert not [path for path in probes if f"(../{path})" not in listed], "tools/README.md misses a chapter's probe"
 
 
 @pytest.mark.parametrize("chapter", list(SCRIPTS))

@@ -88,6 +88,8 @@ def summary(console, chapter_ids, slug, base=None):
     from rich.table import Table
 
     rows, bars = summary_rows(chapter_ids, slug, base)
+    if not workbook.ON_GPU:
+        return simulator_summary(console, chapter_ids, slug, bars, base)
     source = "this run" if workbook.ON_GPU else f"stored {results.REFERENCE_DEVICE} results"
     from rich import box
 
@@ -118,11 +120,38 @@ def summary(console, chapter_ids, slug, base=None):
         bar_table = Table(title=f"Bars ({source})")
         for column in ("chapter", "bar", "measured [p25-p75]", "target", "verdict"):
             bar_table.add_column(column)
-        colour = {MET: "[green]met[/]", WITHIN_NOISE: "[yellow]within noise[/]", NOT_MET: "[red]not met[/]", None: "-"}
         for bar in bars:
             bar_table.add_row(bar["chapter"], bar["what"], f"{bar_figure(bar)} {bar_spread(bar)}", bar["target"],
-                              colour[verdict(bar)])
+                              _VERDICT[verdict(bar)])
         console.print(bar_table)
+
+
+_VERDICT = {MET: "[green]met[/]", WITHIN_NOISE: "[yellow]within noise[/]", NOT_MET: "[red]not met[/]", None: "-"}
+
+
+def simulator_summary(console, chapter_ids, slug, bars, base=None):
+    """The main job's end in the simulator, a few lines a chapter: how many kernels this run checked
+    and whether they were right (its times mean nothing), then the chapter's bars as the reference
+    GPU measured them. Every case's stored figures are in that GPU's SUMMARY.md."""
+    from rich.markup import escape
+
+    reference = results.REFERENCE_DEVICE
+    console.print(f"[bold]Summary[/]: the kernels checked in the simulator; the bars as the reference GPU measured "
+                  f"them (stored in results/{reference}/, every case's figures in results/{reference}/SUMMARY.md).")
+    for chapter_id in chapter_ids:
+        record = _load(chapter_id, slug, base)
+        if record is None:
+            continue
+        checked = [(case["key"], row["variant"], row["correct"]) for case in record["cases"] for row in case["rows"]
+                   if row.get("correct") is not None]
+        wrong = [f"{key}: {variant}" for key, variant, correct in checked if not correct]
+        status = "[green]all correct[/]" if not wrong else f"[red]{len(wrong)} wrong[/] ({'; '.join(wrong)})"
+        console.print(f"[bold]{chapter_id}[/] {record.get('title', '')}: {len(checked)} kernel runs checked in "
+                      f"{len(record['cases'])} cases, {status}")
+        for bar in (b for b in bars if b["chapter"] == chapter_id):
+            spread = bar_spread(bar)
+            console.print(f"  {_VERDICT[verdict(bar)]}  {escape(bar['what'])}: {bar_figure(bar)}"
+                          f"{' ' + spread if spread else ''} (target {bar['target']})", highlight=False)
 
 
 def markdown_tables(slug):

@@ -52,7 +52,7 @@ WORDS_PER_TRIP = 4  # mask words (rows of 32) per warp per trip in the forward k
 # registers a thread (64 at 4: none of the kernels spills; at 8, 32 registers, the quad kernels
 # spill). 1024 threads an SM, each with 32 bytes of each input in flight, keep
 # far more in flight than the memory needs (chapter 00's Little's law). WORKBOOK_BN_BLOCKS_PER_SM
-# tries another (tools/bn_probe.py; what was measured is in EXPERIMENTS.md).
+# tries another (chapters/ch01_relu_mask/probes/bn_probe.py; what was measured is in EXPERIMENTS.md).
 BLOCKS_PER_SM = int(os.environ.get("WORKBOOK_BN_BLOCKS_PER_SM", "4"))
 FILL_THE_SM = {"launch_bounds": (THREADS_PER_BLOCK, BLOCKS_PER_SM)} if ON_GPU else {}
 

@@ -509,7 +509,7 @@ exercises.show("ch10.3")
 #    part of the A fragments in registers (a block reads its 128 KB of weights from shared memory
 #    for every chunk); the first layer's input GEMM on chapter 09's tensor-core GEMM too.
 # 4. The persistent kernel's steps one at a time: which of the wavefront's changes (batch chunks,
-#    the cell in the warp, the barrier without a call) buys how much, with `tools/lstm_bench.py`.
+#    the cell in the warp, the barrier without a call) buys how much, with `chapters/ch10_lstm/probes/lstm_bench.py`.
 #
 # ## References
 # - Jaegeun Han and Bharatkumar Sharma, *Learn CUDA Programming*, chapter 10 (the LSTM from cuBLAS

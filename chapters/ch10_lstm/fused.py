@@ -17,7 +17,7 @@ from .layer import LSTM, sigmoid
 
 THREADS = 256
 # the hoisted GEMM's tile: chapter 04's fastest on (T*B, I) x (I, 4H) on the H100 at the chapter's
-# sizes (`python tools/lstm_probe.py gemm` times each searched tile; EXPERIMENTS.md has the figures)
+# sizes (`python chapters/ch10_lstm/probes/lstm_probe.py gemm` times each searched tile; EXPERIMENTS.md has the figures)
 INPUT_TILE = "128x128 wide, 16x8/thread, BK=16" if ON_GPU else None
 
 

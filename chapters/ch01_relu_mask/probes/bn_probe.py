@@ -2,8 +2,8 @@
 blocks per channel (`groups`: each block takes N / groups planes), each kernel timed alone and the
 whole step, as a fraction of the copy ceiling measured in the same run.
 
-    python tools/bn_probe.py [N C H W] [--groups 1,2,4,8,32]
-    WORKBOOK_BN_BLOCKS_PER_SM=4 python tools/bn_probe.py     # the kernels built for 4 blocks an SM
+    python chapters/ch01_relu_mask/probes/bn_probe.py [N C H W] [--groups 1,2,4,8,32]
+    WORKBOOK_BN_BLOCKS_PER_SM=4 python chapters/ch01_relu_mask/probes/bn_probe.py     # the kernels built for 4 blocks an SM
 
 A maintainer's tool (on a GPU); the chapter uses `batchnorm.plane_groups`, the default here.
 """
@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import workbook  # noqa: E402,I001  (first: chooses GPU or simulator)
 

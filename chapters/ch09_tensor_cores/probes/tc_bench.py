@@ -1,7 +1,7 @@
 """Development bench for chapter 09 on a GPU: correctness at 4096^3 and TFLOP/s of each kernel beside
 cuBLAS (torch.matmul) and chapter 04's FP32 GEMM, interleaved, CUDA events. Prints; stores nothing.
 
-    python tools/tc_bench.py [size] [repeats] [caps] [ceiling] [wgmma]
+    python chapters/ch09_tensor_cores/probes/tc_bench.py [size] [repeats] [caps] [ceiling] [wgmma]
 """
 import sys
 

@@ -2,7 +2,7 @@
 maps, gather-GEMM-scatter and the implicit GEMM checked against the direct reference, then timed
 (CUDA events, median of 15, interleaved).
 
-    TILE=BM:BN:BK:TM:TN python tools/sparse_probe.py [beams steps channels]
+    TILE=BM:BN:BK:TM:TN python chapters/ch11_sparse_conv/probes/sparse_probe.py [beams steps channels]
 """
 
 import os

@@ -1,7 +1,7 @@
 """The capstone's mixed-precision step against the float32 one on a GPU: GPU time per step (graph
 replays, CUDA events, interleaved), and a training run of both, the same batches and masks.
 
-    python tools/mixed_bench.py [epochs] [repeats] [slices...]      WIDTH=64 for a wider network
+    python chapters/ch08_capstone/probes/mixed_bench.py [epochs] [repeats] [slices...]      WIDTH=64 for a wider network
 
 FP32_TILES="64x128 wide, prefetch;64x64 wide, prefetch" adds float32 networks on chapter 04's tiles
 of those names (the capstone's own tile is "fp32").

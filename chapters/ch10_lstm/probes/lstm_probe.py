@@ -1,11 +1,11 @@
 """Where the persistent LSTMs' time goes on a GPU (CUDA events, median of 15):
 
-    python tools/lstm_probe.py barriers [steps]      numba's grid.sync() against workbook.barrier's counter
-    python tools/lstm_probe.py gemm [batch ...]      the hoisted input GEMM with each of chapter 04's searched tiles
-    python tools/lstm_probe.py layerwise [batch ...] the hoisted input GEMM, then the layer-by-layer
+    python chapters/ch10_lstm/probes/lstm_probe.py barriers [steps]      numba's grid.sync() against workbook.barrier's counter
+    python chapters/ch10_lstm/probes/lstm_probe.py gemm [batch ...]      the hoisted input GEMM with each of chapter 04's searched tiles
+    python chapters/ch10_lstm/probes/lstm_probe.py layerwise [batch ...] the hoisted input GEMM, then the layer-by-layer
                                                      kernel alone, a step (env THREADS, MAX_TB, MAX_CHUNK
                                                      override layerwise.py's)
-    python tools/lstm_probe.py once [batch]          one launch of the layer-by-layer kernel, T = 32, for
+    python chapters/ch10_lstm/probes/lstm_probe.py once [batch]          one launch of the layer-by-layer kernel, T = 32, for
                                                      ncu --kernel-name regex:layer_kernel --launch-count 1
 """
 

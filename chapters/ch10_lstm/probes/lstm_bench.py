@@ -1,7 +1,7 @@
 """The persistent LSTMs against cuDNN on a GPU, without the naive and fused ones (which take
 seconds): T = 512, I = H = 512, 4 layers; correctness at batch 1, then CUDA-event times.
 
-    python tools/lstm_bench.py [variant,variant...] [batch ...]
+    python chapters/ch10_lstm/probes/lstm_bench.py [variant,variant...] [batch ...]
         variants: persistent, wavefront, layerwise, streams, streams+graph (replayed as one CUDA graph),
         half (the FP16 wavefront on tensor cores; cuDNN in FP16 is timed beside it)
 """

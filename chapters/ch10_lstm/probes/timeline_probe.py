@@ -2,7 +2,7 @@
 CUDA graph; prints each row's busy time and writes the events and the plot to DIR (on the H100,
 results/nvidia-h100-80gb-hbm3/ch10_timeline.{json,png} come from here).
 
-    python tools/timeline_probe.py DIR
+    python chapters/ch10_lstm/probes/timeline_probe.py DIR
 """
 
 import json

@@ -1,8 +1,8 @@
 """Every kernel of one capstone training step with its GPU time, for ncu (float32 or mixed):
 
     ncu --cache-control none --clock-control none --profile-from-start off \
-        --metrics gpu__time_duration.sum python tools/step_kernels.py mixed [wgmma] > ncu.txt
-    python tools/step_kernels.py summary ncu.txt      # the time per kernel, summed by name
+        --metrics gpu__time_duration.sum python chapters/ch08_capstone/probes/step_kernels.py mixed [wgmma] > ncu.txt
+    python chapters/ch08_capstone/probes/step_kernels.py summary ncu.txt      # the time per kernel, summed by name
 
 The step runs twice first (compiles, workspaces); the third is profiled, between cuda.profile_start
 and cuda.profile_stop. (Without the two "none"s ncu flushes the caches and locks the clocks before

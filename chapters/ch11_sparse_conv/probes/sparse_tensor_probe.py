@@ -1,7 +1,7 @@
 """Chapter 11's tensor-core implicit GEMM with another block, checked against the FP16 reference,
 then timed beside spconv 2.x in FP16 where it is installed (CUDA events, median of 15, interleaved).
 
-    TC=WARPS:STAGES python tools/sparse_tensor_probe.py      # e.g. TC=8:2: 128 rows a block, 2 stages
+    TC=WARPS:STAGES python chapters/ch11_sparse_conv/probes/sparse_tensor_probe.py      # e.g. TC=8:2: 128 rows a block, 2 stages
 
 Sizes are the chapter's on a GPU (256 beams x 4,096 steps, C = K = 64), a small scan in the simulator."""
 

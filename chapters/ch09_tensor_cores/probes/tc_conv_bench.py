@@ -2,7 +2,7 @@
 channels last) beside cuDNN (torch conv2d, channels last, FP16 and TF32) and chapter 04's FP32 implicit
 GEMM, on one layer, interleaved, CUDA events. Checks image 0 against the float64 reference. Prints.
 
-    python tools/tc_conv_bench.py [N C H] [repeats]        (K = C, 3x3, pad 1)
+    python chapters/ch09_tensor_cores/probes/tc_conv_bench.py [N C H] [repeats]        (K = C, 3x3, pad 1)
 """
 import sys
 

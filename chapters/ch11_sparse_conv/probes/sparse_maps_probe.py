@@ -1,7 +1,7 @@
 """Where chapter 11's maps spend their time, on a GPU: each step's host cost (wall clock with a
 synchronise) and each kernel's GPU time (CUDA events), median of 30, then the build in one launch.
 
-    python tools/sparse_maps_probe.py [beams steps]
+    python chapters/ch11_sparse_conv/probes/sparse_maps_probe.py [beams steps]
 """
 
 import sys
