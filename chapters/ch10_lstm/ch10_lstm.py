@@ -51,7 +51,7 @@ import numpy as np
 import workbook
 from workbook import bench, cuda, host, timeline
 
-from chapters.ch10_lstm import fused, half, layerwise, naive, persistent, profiling, streams, wavefront
+from chapters.ch10_lstm import fused, half, layer, layerwise, naive, persistent, profiling, streams, wavefront
 from chapters.ch10_lstm import reference as ref
 
 print(f"running on: {workbook.MODE}")
@@ -111,9 +111,12 @@ workbook.show(naive.gate_kernel)
 # `x_t @ W_ih^T` for every t is one (T·B, I) @ (I, 4H) GEMM before the loop: large enough to fill
 # the GPU. What is left in the loop is the recurrence: one (B, H) @ (H, 4H) GEMM and one kernel
 # that adds the three terms, applies the four activations and updates c and h. Two launches a step.
+# The activations and the update are one device function, `lstm_cell`: every kernel from here on
+# ends its step with it, and differs only in where the gates' sums come from.
 
 # %%
 workbook.show(fused.FusedLSTM._layer)
+workbook.show(layer.lstm_cell)
 workbook.show(fused.fused_cell_kernel)
 
 # %% [markdown]

@@ -4,7 +4,6 @@ before the loop ((T*B, I) @ (I, 4H): it depends on no h, so nothing waits for it
 kernel for the cell (the three sums, the four activations, c and h in one pass). Two launches a
 step a layer instead of 14, and the big GEMM keeps the GPU busy where 512 small ones did not."""
 
-import math
 
 import numpy as np
 from numba import cuda
@@ -13,7 +12,7 @@ from chapters.ch04_implicit_gemm.kernels import gemm
 from workbook import ON_GPU
 from workbook.timeline import span
 
-from .layer import LSTM, sigmoid
+from .layer import LSTM, lstm_cell
 
 THREADS = 256
 # the hoisted GEMM's tile: chapter 04's fastest on (T*B, I) x (I, 4H) on the H100 at the chapter's
@@ -29,13 +28,10 @@ def fused_cell_kernel(x_terms, h_terms, bias, c, h):
     B, H = c.shape
     for n in range(cuda.grid(1), B * H, cuda.gridsize(1)):
         b, j = n // H, n % H
-        i = sigmoid(x_terms[b, j] + h_terms[b, j] + bias[j])
-        f = sigmoid(x_terms[b, H + j] + h_terms[b, H + j] + bias[H + j])
-        g = math.tanh(x_terms[b, 2 * H + j] + h_terms[b, 2 * H + j] + bias[2 * H + j])
-        o = sigmoid(x_terms[b, 3 * H + j] + h_terms[b, 3 * H + j] + bias[3 * H + j])
-        cell = f * c[b, j] + i * g
-        c[b, j] = cell
-        h[b, j] = o * math.tanh(cell)
+        c[b, j], h[b, j] = lstm_cell(x_terms[b, j] + h_terms[b, j] + bias[j],
+                                     x_terms[b, H + j] + h_terms[b, H + j] + bias[H + j],
+                                     x_terms[b, 2 * H + j] + h_terms[b, 2 * H + j] + bias[2 * H + j],
+                                     x_terms[b, 3 * H + j] + h_terms[b, 3 * H + j] + bias[3 * H + j], c[b, j])
 
 
 class FusedLSTM(LSTM):

@@ -17,7 +17,6 @@ layer in one persistent kernel. Here each step's product is done with chapter 09
 A block takes NB = 8 * NT batch rows at a time (NT n-tiles): as many as its accumulators (MT m-tiles
 x NT n-tiles x 4 floats) and shared memory allow."""
 
-import math
 from functools import lru_cache
 
 import numba
@@ -31,7 +30,7 @@ from workbook.launch import shared_memory_limit
 from workbook.tensor_cores import fragment_coordinates, mma_f16, pack_f16x2
 
 from .fused import FusedLSTM
-from .layer import sigmoid
+from .layer import lstm_cell
 from workbook.launch import cooperative_launch
 
 THREADS = 512 if ON_GPU else 64
@@ -215,9 +214,8 @@ def make_half_kernel(H, U, L, NT):
                                 z[q] = xs[4 * p + q]
                                 for w in range(WARPS):
                                     z[q] += part[at + u64(w * TILES * 4 * PITCH)]
-                            cell = sigmoid(z[1]) * cs[p] + sigmoid(z[0]) * math.tanh(z[2])
-                            c[(layer * B + b) * u64(H) + j] = cell
-                            y[((layer * T + t) * B + b) * u64(H) + j] = sigmoid(z[3]) * math.tanh(cell)
+                            c[(layer * B + b) * u64(H) + j], y[((layer * T + t) * B + b) * u64(H) + j] = \
+                                lstm_cell(z[0], z[1], z[2], z[3], cs[p])
             counter_barrier(counter, (s + u64(1)) * blocks)  # every h of wavefront step s written
         for n in range(tid, u64(U) * B, u64(THREADS)):
             cu, b = n % u64(U), n // u64(U)

@@ -18,6 +18,15 @@ def sigmoid(z):
     return ONE / (ONE + math.exp(-z))
 
 
+@cuda.jit(device=True, forceinline=True)
+def lstm_cell(z_i, z_f, z_g, z_o, c_old):
+    """The cell, from its four gates' sums (torch's order: input, forget, cell, output) and the old
+    c: returns (c, h), c = sigmoid(f) * c_old + sigmoid(i) * tanh(g), h = sigmoid(o) * tanh(c).
+    Every kernel of the chapter ends its step here; they differ in where the sums come from."""
+    c = sigmoid(z_f) * c_old + sigmoid(z_i) * math.tanh(z_g)
+    return c, sigmoid(z_o) * math.tanh(c)
+
+
 @cuda.jit
 def zero_kernel(a):
     """a[:] = 0 on the stream (numba's `a[:] = 0` waits for the GPU: a timed call would then time the host)."""

@@ -16,7 +16,6 @@ the GEMM (its rows) x (h_{t-1} of a chunk of up to 64 batch rows), tiled as chap
 Each layer's input term is step 2's hoisted GEMM (chapter 04's, at its best on (T*B, I) x (I, 4H)).
 The price against the wavefront: T grid barriers a layer, T * L in all, against T + L - 1."""
 
-import math
 from functools import lru_cache
 
 import numba
@@ -29,7 +28,7 @@ from workbook.inputs import sm_count
 from workbook.launch import shared_memory_limit
 
 from .fused import FusedLSTM
-from .layer import sigmoid
+from .layer import lstm_cell
 from workbook.launch import cooperative_launch
 
 THREADS = 512 if ON_GPU else 64  # 16 warps: faster a step at batch 64 than 256 threads (EXPERIMENTS.md)
@@ -168,9 +167,7 @@ def make_layer_kernel(H, U, BC):
                             z[q] = xs[4 * p + q]
                             for s in range(KSPLIT):
                                 z[q] += shared[u64(WS) + (u64(s * R + q) + u64(4) * cu) * u64(BCP) + bb]
-                        cell = sigmoid(z[1]) * cs[p] + sigmoid(z[0]) * math.tanh(z[2])
-                        c[b * u64(H) + j] = cell
-                        y[(t * B + b) * u64(H) + j] = sigmoid(z[3]) * math.tanh(cell)
+                        c[b * u64(H) + j], y[(t * B + b) * u64(H) + j] = lstm_cell(z[0], z[1], z[2], z[3], cs[p])
             counter_barrier(counter, (t + u64(1)) * blocks)  # every h_t written before any block reads it
         for n in range(tid, u64(U) * B, u64(THREADS)):  # h_n: the units this block owns, written by it
             cu, b = n % u64(U), n // u64(U)

@@ -9,7 +9,6 @@ A grid barrier needs every block resident at once: numba launches a kernel that 
 `max_cooperative_grid_blocks` allows (one block per SM here). The input term of every step is
 still step 2's big GEMM, before the launch."""
 
-import math
 
 import numpy as np
 from numba import cuda, float32
@@ -19,7 +18,7 @@ from workbook.inputs import sm_count
 from workbook.launch import cooperative_launch
 
 from .fused import FusedLSTM
-from .layer import sigmoid
+from .layer import lstm_cell
 
 THREADS = 256 if ON_GPU else 64
 CHUNK = 4  # batch rows a block's warps multiply together (their h rows staged in shared memory)
@@ -77,13 +76,11 @@ def persistent_layer_kernel(x_terms, w_hh, bias, h, c, y, units):
                 u, bb = n // rows, n % rows
                 j, b = j0 + u, b0 + bb
                 if j < H:
-                    i = sigmoid(z_s[u * CHUNK + bb] + x_terms[t, b, j] + bias[j])
-                    f = sigmoid(z_s[(units + u) * CHUNK + bb] + x_terms[t, b, H + j] + bias[H + j])
-                    g = math.tanh(z_s[(2 * units + u) * CHUNK + bb] + x_terms[t, b, 2 * H + j] + bias[2 * H + j])
-                    o = sigmoid(z_s[(3 * units + u) * CHUNK + bb] + x_terms[t, b, 3 * H + j] + bias[3 * H + j])
-                    cell = f * c[b, j] + i * g
-                    c[b, j] = cell
-                    y[t, b, j] = o * math.tanh(cell)
+                    c[b, j], y[t, b, j] = lstm_cell(
+                        z_s[u * CHUNK + bb] + x_terms[t, b, j] + bias[j],
+                        z_s[(units + u) * CHUNK + bb] + x_terms[t, b, H + j] + bias[H + j],
+                        z_s[(2 * units + u) * CHUNK + bb] + x_terms[t, b, 2 * H + j] + bias[2 * H + j],
+                        z_s[(3 * units + u) * CHUNK + bb] + x_terms[t, b, 3 * H + j] + bias[3 * H + j], c[b, j])
             cuda.syncthreads()  # h_s and z_s are refilled by the next chunk
         grid.sync()  # every h_t written before any block reads it as h_{t-1}
     for n in range(tid, units * B, threads):  # h_n: the units this block owns, written by it

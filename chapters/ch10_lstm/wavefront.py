@@ -23,7 +23,6 @@ shared memory, no barrier between the sums and the cell.
 At a large batch the lanes' one k of a row and few batch rows leave shared memory setting the
 pace: layerwise.py tiles each step as a GEMM instead, one layer at a time."""
 
-import math
 from functools import lru_cache
 
 import numba
@@ -36,7 +35,7 @@ from workbook.inputs import sm_count
 from workbook.launch import shared_memory_limit
 
 from .fused import FusedLSTM
-from .layer import sigmoid
+from .layer import lstm_cell
 from workbook.launch import cooperative_launch
 
 MAX_THREADS = 512 if ON_GPU else 128
@@ -233,9 +232,8 @@ def make_wavefront_kernel(H, U, L, NB):
                         source = ((cell_lane // u64(NB) * u64(4) + u64(gate)) * u64(NB) + bb) << u64(SHIFT)
                         gates[gate] += cuda.shfl_sync(FULL, acc[0], source)
                     if mine:
-                        cell = sigmoid(gates[1]) * c_old + sigmoid(gates[0]) * math.tanh(gates[2])
-                        c[(layer * B + b) * u64(H) + j] = cell
-                        y[((layer * T + t) * B + b) * u64(H) + j] = sigmoid(gates[3]) * math.tanh(cell)
+                        c[(layer * B + b) * u64(H) + j], y[((layer * T + t) * B + b) * u64(H) + j] = lstm_cell(
+                            gates[0], gates[1], gates[2], gates[3], c_old)
                     if after < B:
                         cuda.syncthreads()  # every warp done with this chunk's rows: the next one's replace them
                         for q in range(STAGE):
