@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbook.compiler import CACHE  # noqa: E402
 
-NAME = re.compile(r"_ZN[0-9A-Za-z_$]+|__numba_[0-9A-Za-z_$]+|\$[0-9A-Za-z_.]+")  # numba's mangled names
+NAME = re.compile(r"_ZN[0-9A-Za-z_$]+|__numba_[0-9A-Za-z_$]+|\$[0-9A-Za-z_.]+|_cudapy_[a-z]+_\d+")  # numba's generated names
 NOISE = re.compile(r"^\s*(//|\.file|\.loc|\.section\s+\.debug)")
 
 

@@ -82,12 +82,40 @@ source when issued and writes shared memory only at the cp_async_wait that cover
 wait reads the stale tile there as it may on a GPU.
 """
 
+from numba import cuda as _cuda
+
 from . import MODE
 from .tensor_layouts import (MMA_SHAPES, SWIZZLE_ATOM, SWIZZLE_ROW, TF32_MASK, WGMMA_ACCUMULATORS,  # noqa: F401
                              WGMMA_SHAPES, decode_descriptor, fragment_coordinates, round_tf32, shared_descriptor,
                              swizzle128, truncate_tf32, wgmma_coordinates)
 
 ROW_BYTES = 16  # one ldmatrix row, one cp.async
+
+
+# The swizzles: a tile in shared memory is rows of 16-byte chunks (one ldmatrix row, one cp.async),
+# and chunk c of row r is stored at chunk c XOR some bits of r. The 8 rows an ldmatrix matrix reads
+# down one chunk column then sit in 8 different chunks of their 128 bytes: 8 different groups of 4
+# banks, no conflict. Unswizzled, rows of 64 bytes would put 2 of them on each group, rows of 128
+# bytes all 8 on one.
+#
+#     64-byte rows (4 chunks): c ^ ((r >> 1) & 3)       128-byte rows (8 chunks): c ^ (r & 7)
+#         r 0, 1:  0 1 2 3                                  r 0:  0 1 2 3 4 5 6 7
+#         r 2, 3:  1 0 3 2                                  r 1:  1 0 3 2 5 4 7 6
+#         r 4, 5:  2 3 0 1                                  r 2:  2 3 0 1 6 7 4 5
+#         r 6, 7:  3 2 1 0                                  ...
+#
+# Two 64-byte rows share 128 bytes, so bits 1-2 of the row pick the pattern; a 128-byte row is a
+# group by itself, and bits 0-2 do (wgmma's 128-byte swizzle, `swizzle128`, is the second on bytes).
+@_cuda.jit(device=True, forceinline=True)
+def swizzled_chunk_64(row, chunk):
+    """The chunk where 16-byte chunk `chunk` of row `row` of a tile of 64-byte rows is stored."""
+    return chunk ^ ((row >> 1) & 3)
+
+
+@_cuda.jit(device=True, forceinline=True)
+def swizzled_chunk_128(row, chunk):
+    """The chunk where 16-byte chunk `chunk` of row `row` of a tile of 128-byte rows is stored."""
+    return chunk ^ (row & 7)
 
 
 def tensor_cores(compute_capability):

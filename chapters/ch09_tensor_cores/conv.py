@@ -26,7 +26,7 @@ pipelined.py's FP16/TF32 GEMM: 128x128 block tiles, three stages, swizzled ldmat
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4
+from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, swizzled_chunk_64
 
 from .pipelined import (BK_F16, BK_TF32, BM, BN, CHUNK_F16, CHUNK_TF32, HALF_TF32_UNIT, MI, NI, STAGES, THREADS,
                         WAIT_FOR, WM, WN, f16_multiply, issue_rows, next_stage, plan_rows, store_warp_tile,
@@ -155,14 +155,14 @@ def make_conv_kernel(precision, layout="nhwc"):
         """k slice kk of a stage (k16 FP16, k8 TF32): two chunks of each 64-byte row. A: row
         wm + 16i + lane % 16, chunk 2kk + lane / 16. B^T, two n8 tiles a load: row wn + 8j +
         8 (lane / 16) + lane % 8, chunk 2kk + (lane / 8) % 2. Both swizzled by the row's bits 1-2."""
-        high, swizzle = lane // 16, ((lane % 16) >> 1) & 3
-        a_at = stage * STAGE + (wm + lane % 16) * BK + ((2 * kk + high) ^ swizzle) * CHUNK
+        high = lane // 16
+        a_at = stage * STAGE + (wm + lane % 16) * BK + swizzled_chunk_64(lane % 16, 2 * kk + high) * CHUNK
         for i in range(MI):
             regs = ldmatrix_x4(a_s, a_at + 16 * i * BK)
             for q in range(4):
                 frag_a[4 * i + q] = regs[q] + ROUND
         n = wn + 8 * high + lane % 8
-        b_at = stage * STAGE + n * BK + ((2 * kk + (lane // 8) % 2) ^ (((lane % 8) >> 1) & 3)) * CHUNK
+        b_at = stage * STAGE + n * BK + swizzled_chunk_64(lane % 8, 2 * kk + (lane // 8) % 2) * CHUNK
         for j in range(0, NI, 2):
             regs = ldmatrix_x4(b_s, b_at + 8 * j * BK)
             for q in range(4):
@@ -190,7 +190,7 @@ def make_conv_kernel(precision, layout="nhwc"):
         left = cuda.local.array(ROWS_A_THREAD, int32)
         row, chunk = tid // 4, tid % 4
         window_starts(row0, row, M, PQ, Q, H, W, C, sh, sw, ph, pw, start, top, left)
-        to = (row * 4 + (chunk ^ ((row >> 1) & 3))) * CHUNK  # swizzled as plan_rows swizzles
+        to = (row * 4 + swizzled_chunk_64(row, chunk)) * CHUNK  # as plan_rows places its chunks
         col = chunk * CHUNK  # the chunk's first column in a step
         depth = first_depth(col, C, S)
         plan_b = plan_rows(wt, tid, col0, CHUNK)

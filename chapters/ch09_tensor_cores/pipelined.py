@@ -35,7 +35,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from workbook.tensor_cores import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans,
-                                   mma_f16, mma_tf32, to_tf32)
+                                   mma_f16, mma_tf32, swizzled_chunk_64, swizzled_chunk_128, to_tf32)
 
 BM, BN = 128, 128  # the block's tile of C
 WM, WN = 64, 64  # each warp's tile of C
@@ -64,7 +64,7 @@ def plan_rows(x, tid, first_row, CHUNK):
     so the four chunks are one stride apart in global and in shared memory. Worked out once: where
     the first comes from and goes to, the rows left, the chunk's first column."""
     r, ch = tid // 4, tid % 4
-    return ((first_row + r) * x.shape[1] + ch * CHUNK, (r * 4 + (ch ^ ((r >> 1) & 3))) * CHUNK,
+    return ((first_row + r) * x.shape[1] + ch * CHUNK, (r * 4 + swizzled_chunk_64(r, ch)) * CHUNK,
             x.shape[0] - first_row - r, ch * CHUNK)
 
 
@@ -90,7 +90,7 @@ def plan_b_f16(b, tid, col0):
     """The same for FP16's B tile (BK_F16 rows of K, 128 columns of N): chunk tid % 16 of rows
     tid / 16 + 8i, swizzled by the row's bits 0-2, which stepping 8 rows leaves as they are."""
     rb, cb = tid // B_ROW, tid % B_ROW
-    return (rb * b.shape[1] + col0 + cb * CHUNK_F16, (rb * B_ROW + (cb ^ (rb & 7))) * CHUNK_F16, rb,
+    return (rb * b.shape[1] + col0 + cb * CHUNK_F16, (rb * B_ROW + swizzled_chunk_128(rb, cb)) * CHUNK_F16, rb,
             col0 + cb * CHUNK_F16 < b.shape[1])
 
 
@@ -116,14 +116,14 @@ def f16_fragments(a_s, b_s, stage, kk, lane, wm, wn, frag_a, frag_b):
     leaves them). B (x4.trans, two n8 tiles a load): row 16kk + lane % 16, chunk wn / 8 + j + lane / 16,
     swizzled by the row's bits 0-2."""
     high = lane // 16
-    a_at = stage * BM * BK_F16 + (wm + lane % 16) * BK_F16 + ((2 * kk + high) ^ (((lane % 16) >> 1) & 3)) * CHUNK_F16
+    a_at = stage * BM * BK_F16 + (wm + lane % 16) * BK_F16 + swizzled_chunk_64(lane % 16, 2 * kk + high) * CHUNK_F16
     for i in range(MI):
         regs = ldmatrix_x4(a_s, a_at + 16 * i * BK_F16)
         for q in range(4):
             frag_a[4 * i + q] = regs[q]
     b_at = stage * BK_F16 * BN + (16 * kk + lane % 16) * BN
     for j in range(0, NI, 2):
-        regs = ldmatrix_x4_trans(b_s, b_at + ((wn // 8 + j + high) ^ (lane & 7)) * CHUNK_F16)
+        regs = ldmatrix_x4_trans(b_s, b_at + swizzled_chunk_128(lane, wn // 8 + j + high) * CHUNK_F16)
         for q in range(4):
             frag_b[2 * j + q] = regs[q]
 
@@ -198,15 +198,15 @@ def tf32_fragments(a_s, bt_s, stage, kk, lane, wm, wn, frag_a, frag_b):
     of them: lane L gets column L % 4 of row L / 4, which is TF32's A fragment (rows of A) and its
     B fragment (rows of B^T: b0 = B[k = t, n = g] = B^T[g, t]). Both tiles are 64-byte rows of
     K-slices, with A's swizzle. A's values are rounded here; B^T was rounded when it was made."""
-    high, swizzle = lane // 16, ((lane % 16) >> 1) & 3
-    a_at = stage * BM * BK_TF32 + (wm + lane % 16) * BK_TF32 + ((2 * kk + high) ^ swizzle) * CHUNK_TF32
+    high = lane // 16
+    a_at = stage * BM * BK_TF32 + (wm + lane % 16) * BK_TF32 + swizzled_chunk_64(lane % 16, 2 * kk + high) * CHUNK_TF32
     for i in range(MI):  # matrices: rows 0-7 | 8-15 of the m16 tile, at chunks 2kk | 2kk + 1
         regs = ldmatrix_x4(a_s, a_at + 16 * i * BK_TF32)
         for q in range(4):
             frag_a[4 * i + q] = regs[q] + HALF_TF32_UNIT
     # matrices: n rows 0-7 of tile j at chunks 2kk | 2kk + 1, then tile j + 1's: (b0, b1) of j, of j + 1
     n = wn + 8 * high + lane % 8
-    b_at = stage * BN * BK_TF32 + n * BK_TF32 + ((2 * kk + (lane // 8) % 2) ^ (((lane % 8) >> 1) & 3)) * CHUNK_TF32
+    b_at = stage * BN * BK_TF32 + n * BK_TF32 + swizzled_chunk_64(lane % 8, 2 * kk + (lane // 8) % 2) * CHUNK_TF32
     for j in range(0, NI, 2):
         regs = ldmatrix_x4(bt_s, b_at + 8 * j * BK_TF32)
         for q in range(4):

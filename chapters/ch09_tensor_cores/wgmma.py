@@ -30,7 +30,7 @@ from numba import cuda, float32, int32
 
 from workbook.tensor_cores import (SWIZZLE_ATOM, SWIZZLE_ROW, WGMMA_ACCUMULATORS, cp_async16, cp_async_commit,
                                    cp_async_wait, fence_proxy_async, shared_address, shared_descriptor, wgmma_commit,
-                                   wgmma_f16, wgmma_fence, wgmma_tf32, wgmma_wait)
+                                   swizzled_chunk_128, wgmma_f16, wgmma_fence, wgmma_tf32, wgmma_wait)
 
 from .conv import OUTPUTS, ROWS_A_THREAD, first_depth, make_gather, pixel, window_starts
 
@@ -71,7 +71,7 @@ def make_kernels(precision, layout="nhwc"):
     @cuda.jit(device=True)
     def place(row, unit):
         """Where unit `unit` of tile row `row` goes in a stage, swizzled (elements)."""
-        return (row * UNITS + (unit ^ (row % 8))) * EL
+        return (row * UNITS + swizzled_chunk_128(row, unit)) * EL
 
     @cuda.jit(device=True)
     def issue_rows(x, smem, at, first_row, k0, tid):

@@ -24,7 +24,7 @@ from numba import cuda, float32, int32
 from workbook import ON_GPU, capability
 from workbook.inputs import require
 from workbook.memory import aligned
-from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_f16
+from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_f16, swizzled_chunk_128
 
 from . import grouping
 from .grouping import next_tap
@@ -50,7 +50,7 @@ ZERO = float32(0)
 @cuda.jit(device=True, inline=True)
 def swizzled(row, chunk):
     """Where 16-byte chunk `chunk` of `row` of a stage lives (in halves)."""
-    return row * BKC + (chunk ^ (row & 7)) * 8
+    return row * BKC + swizzled_chunk_128(row, chunk) * 8
 
 
 @cuda.jit(device=True, inline=True)
