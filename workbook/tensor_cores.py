@@ -92,23 +92,24 @@ from .tensor_layouts import (MMA_SHAPES, SWIZZLE_ATOM, SWIZZLE_ROW, TF32_MASK, W
 ROW_BYTES = 16  # one ldmatrix row, one cp.async
 
 
-# The swizzles: a tile in shared memory is rows of 16-byte chunks (one ldmatrix row, one cp.async),
-# and chunk c of row r is stored at chunk c XOR some bits of r. The 8 rows an ldmatrix matrix reads
-# down one chunk column then sit in 8 different chunks of their 128 bytes: 8 different groups of 4
-# banks, no conflict. Unswizzled, rows of 64 bytes would put 2 of them on each group, rows of 128
-# bytes all 8 on one.
-#
-#     64-byte rows (4 chunks): c ^ ((r >> 1) & 3)       128-byte rows (8 chunks): c ^ (r & 7)
-#         r 0, 1:  0 1 2 3                                  r 0:  0 1 2 3 4 5 6 7
-#         r 2, 3:  1 0 3 2                                  r 1:  1 0 3 2 5 4 7 6
-#         r 4, 5:  2 3 0 1                                  r 2:  2 3 0 1 6 7 4 5
-#         r 6, 7:  3 2 1 0                                  ...
-#
-# Two 64-byte rows share 128 bytes, so bits 1-2 of the row pick the pattern; a 128-byte row is a
-# group by itself, and bits 0-2 do (wgmma's 128-byte swizzle, `swizzle128`, is the second on bytes).
 @_cuda.jit(device=True, forceinline=True)
 def swizzled_chunk_64(row, chunk):
-    """The chunk where 16-byte chunk `chunk` of row `row` of a tile of 64-byte rows is stored."""
+    """The chunk where 16-byte chunk `chunk` of row `row` of a tile of 64-byte rows is stored.
+
+    A tile in shared memory is rows of 16-byte chunks (an ldmatrix row, a cp.async), and chunk c of
+    row r is stored at chunk c XOR some bits of r. The 8 rows an ldmatrix matrix reads down one
+    chunk column then sit in 8 different chunks of their 128 bytes: 8 different groups of 4 banks,
+    no conflict. Stored as they come, rows of 64 bytes would put 2 of them in each group, rows of
+    128 bytes all 8 in one. Two 64-byte rows share 128 bytes, so bits 1-2 of the row pick the
+    pattern here; a 128-byte row is a group by itself, and its bits 0-2 do (swizzled_chunk_128,
+    wgmma's 128-byte swizzle):
+
+        64-byte rows (4 chunks): c ^ ((r >> 1) & 3)       128-byte rows (8 chunks): c ^ (r & 7)
+            r 0, 1:  0 1 2 3                                  r 0:  0 1 2 3 4 5 6 7
+            r 2, 3:  1 0 3 2                                  r 1:  1 0 3 2 5 4 7 6
+            r 4, 5:  2 3 0 1                                  r 2:  2 3 0 1 6 7 4 5
+            r 6, 7:  3 2 1 0                                  ...
+    """
     return chunk ^ ((row >> 1) & 3)
 
 
@@ -116,6 +117,57 @@ def swizzled_chunk_64(row, chunk):
 def swizzled_chunk_128(row, chunk):
     """The chunk where 16-byte chunk `chunk` of row `row` of a tile of 128-byte rows is stored."""
     return chunk ^ (row & 7)
+
+
+def make_mainloop(issue, fragments, multiply, stages=3):
+    """The mainloop of an mma.sync kernel, written once; a kernel passes what is its own (CuTe's
+    split of a GEMM into a mainloop and its copies, fragments and MMA). Three device functions of
+    `operands`, a tuple the kernel packs (its arrays, shared tiles, copy plans, the warp's place):
+
+        issue(operands, state, stage, step) -> state   this thread's cp.async copies of step `step`
+                                                       into `stage`; `state` what a copy carries to
+                                                       the next (a gather's position), else 0
+        fragments(operands, stage, half, a, b)         the warp's fragments of half `half` of a stage
+        multiply(a, b, acc)                            acc += A x B on the tensor cores
+
+    mainloop(operands, state, steps, acc, a0, a1, b0, b1), `stages` steps of copies deep:
+      1. the prologue: steps 0 .. stages - 2 issued, a commit group each (empty or not, so that
+         cp_async_wait's count of groups still in flight stays right);
+      2. wait for step 0, load the first half of its fragments;
+      3. every step: load its second half while the first half is multiplied; refill the stage the
+         last step read (every warp passed the barrier after reading it); wait for step + 1 and
+         sync; load step + 1's first half while this step's second half is multiplied.
+    """
+    wait_for = stages - 2  # copy groups still in flight after a wait: the later steps
+
+    @_cuda.jit(device=True, forceinline=True)
+    def next_stage(stage):
+        return stage + 1 if stage < stages - 1 else 0  # not step % stages: a 64-bit division
+
+    @_cuda.jit(device=True, forceinline=True)
+    def mainloop(operands, state, steps, acc, a0, a1, b0, b1):
+        for s in range(stages - 1):
+            if s < steps:
+                state = issue(operands, state, s, s)
+            cp_async_commit()
+        cp_async_wait(wait_for)  # this thread's copies of step 0 have landed ...
+        _cuda.syncthreads()  # ... and everyone's
+        fragments(operands, 0, 0, a0, b0)
+        read, write = 0, stages - 1  # the stage this step reads, the stage it refills
+        for step in range(steps):
+            fragments(operands, read, 1, a1, b1)
+            multiply(a0, b0, acc)
+            if step + stages - 1 < steps:
+                state = issue(operands, state, write, step + stages - 1)
+            cp_async_commit()
+            cp_async_wait(wait_for)  # step + 1's copies have landed, and every warp is done reading
+            _cuda.syncthreads()  # this step's stage (both halves' fragments are in registers)
+            read, write = next_stage(read), next_stage(write)
+            if step + 1 < steps:
+                fragments(operands, read, 0, a0, b0)
+            multiply(a1, b1, acc)
+
+    return mainloop
 
 
 def tensor_cores(compute_capability):

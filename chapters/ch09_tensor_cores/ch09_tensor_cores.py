@@ -127,11 +127,18 @@ workbook.show(naive.gemm_f16_naive)
 # while the warps multiply step k, steps k+1 and k+2 are on their way. One barrier a step: wait for
 # step k's copies, sync, multiply; the stage step k-1 used is refilled while the first half of the
 # step's mma run (after the barrier, so that no warp still reads it).
+#
+# That loop is written once, `tc.make_mainloop`, for the chapter's mma.sync GEMMs and its
+# convolution: a kernel passes only how it copies a step into a stage (`issue`), how a warp loads a
+# half step's fragments, and its mma. Below, the copies, the loop, then the FP16 GEMM that packs its
+# arrays for it.
 
 # %%
 workbook.show(pipelined.plan_rows)
 workbook.show(pipelined.issue_rows)
 workbook.show(pipelined.plan_b_f16)
+workbook.show(tc.make_mainloop)
+workbook.show(pipelined.issue_f16)
 workbook.show(pipelined.gemm_f16_pipelined)
 
 # %% [markdown]
@@ -146,6 +153,7 @@ workbook.show(pipelined.gemm_f16_pipelined)
 # (in the code; the compiler may move register-only mma across the barrier, and here it does).
 
 # %%
+workbook.show(tc.swizzled_chunk_64)
 workbook.show(pipelined.f16_fragments)
 
 # %% [markdown]

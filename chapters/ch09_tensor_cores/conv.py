@@ -26,11 +26,10 @@ pipelined.py's FP16/TF32 GEMM: 128x128 block tiles, three stages, swizzled ldmat
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, swizzled_chunk_64
+from workbook.tensor_cores import cp_async16, ldmatrix_x4, make_mainloop, swizzled_chunk_64
 
 from .pipelined import (BK_F16, BK_TF32, BM, BN, CHUNK_F16, CHUNK_TF32, HALF_TF32_UNIT, MI, NI, STAGES, THREADS,
-                        WAIT_FOR, WM, WN, f16_multiply, issue_rows, next_stage, plan_rows, store_warp_tile,
-                        tf32_multiply)
+                        WM, WN, f16_multiply, issue_rows, plan_rows, store_warp_tile, tf32_multiply)
 
 ROWS_A_THREAD = BM * 4 // THREADS  # rows of A's tile a thread copies a chunk of: 4, 32 apart
 OUTSIDE = -(1 << 30)  # a row past M starts its window here: never inside the image
@@ -168,6 +167,22 @@ def make_conv_kernel(precision, layout="nhwc"):
             for q in range(4):
                 frag_b[2 * j + q] = regs[q] + ROUND
 
+    @cuda.jit(device=True)
+    def issue(operands, depth, stage, step):
+        """A's chunks gathered from the image, B's copied as rows of depth; the depth this thread's
+        chunk reaches next (make_mainloop's state)."""
+        x, wt, a_s, b_s, to, start, top, left, H, W, C, S, dh, dw, col, KD, plan_b, lane, wm, wn = operands
+        issue_gather(x, a_s, stage, to, start, top, left, depth, H, W, C, dh, dw, step * BK + col < KD)
+        issue_rows(wt, b_s, plan_b, stage, step * BK, BK)
+        return advance(depth, C, S)
+
+    @cuda.jit(device=True)
+    def stage_fragments(operands, stage, half, frag_a, frag_b):
+        x, wt, a_s, b_s, to, start, top, left, H, W, C, S, dh, dw, col, KD, plan_b, lane, wm, wn = operands
+        fragments(a_s, b_s, stage, half, lane, wm, wn, frag_a, frag_b)
+
+    mainloop = make_mainloop(issue, stage_fragments, multiply, STAGES)
+
     @cuda.jit
     def conv_implicit(x, wt, out, H, W, C, PQ, Q, S, sh, sw, ph, pw, dh, dw):
         """out (N*P*Q, K) or (N, K, P*Q) = the convolution of x (N*H*W*C, flat, NHWC) with wt (K, R*S*C) (KRSC)."""
@@ -192,34 +207,9 @@ def make_conv_kernel(precision, layout="nhwc"):
         window_starts(row0, row, M, PQ, Q, H, W, C, sh, sw, ph, pw, start, top, left)
         to = (row * 4 + swizzled_chunk_64(row, chunk)) * CHUNK  # as plan_rows places its chunks
         col = chunk * CHUNK  # the chunk's first column in a step
-        depth = first_depth(col, C, S)
         plan_b = plan_rows(wt, tid, col0, CHUNK)
-
-        for s in range(STAGES - 1):  # the prologue: the first steps' copies in flight
-            if s < steps:
-                issue_gather(x, a_s, s, to, start, top, left, depth, H, W, C, dh, dw, s * BK + col < KD)
-                issue_rows(wt, b_s, plan_b, s, s * BK, BK)
-                depth = advance(depth, C, S)
-            cp_async_commit()
-        cp_async_wait(WAIT_FOR)
-        cuda.syncthreads()
-        fragments(a_s, b_s, 0, 0, lane, wm, wn, a0, b0)
-        read, write = 0, STAGES - 1  # the main loop is pipelined.gemm_f16_pipelined's
-        for step in range(steps):
-            fragments(a_s, b_s, read, 1, lane, wm, wn, a1, b1)
-            multiply(a0, b0, acc)
-            k0 = (step + STAGES - 1) * BK
-            if k0 < KD:
-                issue_gather(x, a_s, write, to, start, top, left, depth, H, W, C, dh, dw, k0 + col < KD)
-                issue_rows(wt, b_s, plan_b, write, k0, BK)
-                depth = advance(depth, C, S)
-            cp_async_commit()
-            cp_async_wait(WAIT_FOR)
-            cuda.syncthreads()
-            read, write = next_stage(read), next_stage(write)
-            if step + 1 < steps:
-                fragments(a_s, b_s, read, 0, lane, wm, wn, a0, b0)
-            multiply(a1, b1, acc)
+        operands = (x, wt, a_s, b_s, to, start, top, left, H, W, C, S, dh, dw, col, KD, plan_b, lane, wm, wn)
+        mainloop(operands, first_depth(col, C, S), steps, acc, a0, a1, b0, b1)  # pipelined.gemm_f16_pipelined's
         store(out, acc, row0 + wm, col0 + wn, lane, PQ)
 
     return conv_implicit

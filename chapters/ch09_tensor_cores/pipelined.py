@@ -34,8 +34,8 @@ zero-filled by cp.async (source bytes 0..16).
 import numpy as np
 from numba import cuda, float32, uint32
 
-from workbook.tensor_cores import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans,
-                                   mma_f16, mma_tf32, swizzled_chunk_64, swizzled_chunk_128, to_tf32)
+from workbook.tensor_cores import (cp_async16, ldmatrix_x4, ldmatrix_x4_trans, make_mainloop, mma_f16, mma_tf32,
+                                   swizzled_chunk_64, swizzled_chunk_128, to_tf32)
 
 BM, BN = 128, 128  # the block's tile of C
 WM, WN = 64, 64  # each warp's tile of C
@@ -43,7 +43,6 @@ WARPS = (BM // WM) * (BN // WN)
 THREADS = 32 * WARPS
 MI, NI = WM // 16, WN // 8  # mma tiles per warp: 4 x 8, 32 accumulators of 4 floats each
 STAGES = 3  # steps in flight: 3 x (A + B) = 48 KB of shared memory, numba's static limit
-WAIT_FOR = STAGES - 2  # copy groups still in flight after a wait: the later steps already issued
 BK_F16, BK_TF32 = 32, 16  # depth of a step: 64 bytes of a row of A either way
 CHUNK_F16, CHUNK_TF32 = 8, 4  # elements per 16-byte chunk
 # numba sizes shared and local arrays from constants only
@@ -105,11 +104,6 @@ def issue_b_f16(b, b_s, plan, stage, k0):
 
 
 @cuda.jit(device=True)
-def next_stage(stage):
-    return stage + 1 if stage < STAGES - 1 else 0  # not step % STAGES: a 64-bit division by 3
-
-
-@cuda.jit(device=True)
 def f16_fragments(a_s, b_s, stage, kk, lane, wm, wn, frag_a, frag_b):
     """The warp's A fragments (4 x 16 rows) and B fragments (8 x 8 columns) of k16 slice kk of a
     stage. A: row wm + 16i + lane % 16, chunk 2kk + lane / 16, swizzled by the row's bits 1-2 (16i
@@ -145,6 +139,24 @@ def make_multiply(mma):
 f16_multiply, tf32_multiply = make_multiply(mma_f16), make_multiply(mma_tf32)
 
 
+@cuda.jit(device=True)
+def issue_f16(operands, state, stage, step):
+    """This thread's copies of a step of A and B (FP16) into a stage (make_mainloop's issue)."""
+    a, b, a_s, b_s, plan_a, plan_b, lane, wm, wn = operands
+    issue_rows(a, a_s, plan_a, stage, step * BK_F16, BK_F16)
+    issue_b_f16(b, b_s, plan_b, stage, step * BK_F16)
+    return state
+
+
+@cuda.jit(device=True)
+def fragments_f16(operands, stage, half, frag_a, frag_b):
+    a, b, a_s, b_s, plan_a, plan_b, lane, wm, wn = operands
+    f16_fragments(a_s, b_s, stage, half, lane, wm, wn, frag_a, frag_b)  # BK_F16 = 32: two k16 halves
+
+
+f16_mainloop = make_mainloop(issue_f16, fragments_f16, f16_multiply, STAGES)
+
+
 @cuda.jit
 def gemm_f16_pipelined(a, b, c):
     """c = a @ b; a (M, K), b (K, N) float16, c (M, N) float32; K and N multiples of 8."""
@@ -163,32 +175,8 @@ def gemm_f16_pipelined(a, b, c):
     wm, wn = warp // (BN // WN) * WM, warp % (BN // WN) * WN
     row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
     steps = (K + BK_F16 - 1) // BK_F16
-
     plan_a, plan_b = plan_rows(a, tid, row0, CHUNK_F16), plan_b_f16(b, tid, col0)
-    for s in range(STAGES - 1):  # the prologue: the first steps' copies in flight
-        if s < steps:
-            issue_rows(a, a_s, plan_a, s, s * BK_F16, BK_F16)
-            issue_b_f16(b, b_s, plan_b, s, s * BK_F16)
-        cp_async_commit()  # a group per step, empty or not, so that the count below stays right
-    cp_async_wait(WAIT_FOR)  # this thread's copies of step 0 have landed ...
-    cuda.syncthreads()  # ... and everyone's
-    f16_fragments(a_s, b_s, 0, 0, lane, wm, wn, a0, b0)  # step 0's first k16 half (BK_F16 = 32: two)
-    read, write = 0, STAGES - 1  # the stage this step reads, the stage it refills
-    for step in range(steps):
-        # each half's fragments are loaded while the other half's mma run, across the barrier too
-        f16_fragments(a_s, b_s, read, 1, lane, wm, wn, a1, b1)
-        f16_multiply(a0, b0, acc)
-        # refill step - 1's stage (every warp finished reading it before the last barrier)
-        if step + STAGES - 1 < steps:
-            issue_rows(a, a_s, plan_a, write, (step + STAGES - 1) * BK_F16, BK_F16)
-            issue_b_f16(b, b_s, plan_b, write, (step + STAGES - 1) * BK_F16)
-        cp_async_commit()
-        cp_async_wait(WAIT_FOR)  # step + 1's copies have landed, and every warp is done reading
-        cuda.syncthreads()  # this step's stage (both halves' fragments are in registers)
-        read, write = next_stage(read), next_stage(write)
-        if step + 1 < steps:
-            f16_fragments(a_s, b_s, read, 0, lane, wm, wn, a0, b0)  # step + 1's first half
-        f16_multiply(a1, b1, acc)
+    f16_mainloop((a, b, a_s, b_s, plan_a, plan_b, lane, wm, wn), 0, steps, acc, a0, a1, b0, b1)
     store_warp_tile(c, acc, row0 + wm, col0 + wn, lane)
 
 
@@ -213,6 +201,24 @@ def tf32_fragments(a_s, bt_s, stage, kk, lane, wm, wn, frag_a, frag_b):
             frag_b[2 * j + q] = regs[q]
 
 
+@cuda.jit(device=True)
+def issue_tf32(operands, state, stage, step):
+    """This thread's copies of a step of A and B^T (TF32) into a stage: both are rows of K."""
+    a, bt, a_s, bt_s, plan_a, plan_b, lane, wm, wn = operands
+    issue_rows(a, a_s, plan_a, stage, step * BK_TF32, BK_TF32)
+    issue_rows(bt, bt_s, plan_b, stage, step * BK_TF32, BK_TF32)
+    return state
+
+
+@cuda.jit(device=True)
+def fragments_tf32(operands, stage, half, frag_a, frag_b):
+    a, bt, a_s, bt_s, plan_a, plan_b, lane, wm, wn = operands
+    tf32_fragments(a_s, bt_s, stage, half, lane, wm, wn, frag_a, frag_b)  # BK_TF32 = 16: two k8 halves
+
+
+tf32_mainloop = make_mainloop(issue_tf32, fragments_tf32, tf32_multiply, STAGES)
+
+
 @cuda.jit
 def gemm_tf32_pipelined(a, bt, c):
     """c = a @ bt.T; a (M, K), bt (N, K) float32, B transposed and already rounded to TF32
@@ -230,31 +236,9 @@ def gemm_tf32_pipelined(a, bt, c):
     wm, wn = warp // (BN // WN) * WM, warp % (BN // WN) * WN
     row0, col0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
     steps = (K + BK_TF32 - 1) // BK_TF32
-
     plan_a = plan_rows(a, tid, row0, CHUNK_TF32)  # both operands are rows of K: one plan each
     plan_b = plan_rows(bt, tid, col0, CHUNK_TF32)
-    for s in range(STAGES - 1):
-        if s < steps:
-            issue_rows(a, a_s, plan_a, s, s * BK_TF32, BK_TF32)
-            issue_rows(bt, bt_s, plan_b, s, s * BK_TF32, BK_TF32)
-        cp_async_commit()
-    cp_async_wait(WAIT_FOR)
-    cuda.syncthreads()
-    tf32_fragments(a_s, bt_s, 0, 0, lane, wm, wn, a0, b0)  # BK_TF32 = 16: two k8 halves
-    read, write = 0, STAGES - 1
-    for step in range(steps):
-        tf32_fragments(a_s, bt_s, read, 1, lane, wm, wn, a1, b1)
-        tf32_multiply(a0, b0, acc)
-        if step + STAGES - 1 < steps:
-            issue_rows(a, a_s, plan_a, write, (step + STAGES - 1) * BK_TF32, BK_TF32)
-            issue_rows(bt, bt_s, plan_b, write, (step + STAGES - 1) * BK_TF32, BK_TF32)
-        cp_async_commit()
-        cp_async_wait(WAIT_FOR)
-        cuda.syncthreads()
-        read, write = next_stage(read), next_stage(write)
-        if step + 1 < steps:
-            tf32_fragments(a_s, bt_s, read, 0, lane, wm, wn, a0, b0)
-        tf32_multiply(a1, b1, acc)
+    tf32_mainloop((a, bt, a_s, bt_s, plan_a, plan_b, lane, wm, wn), 0, steps, acc, a0, a1, b0, b1)
     store_warp_tile(c, acc, row0 + wm, col0 + wn, lane)
 
 
