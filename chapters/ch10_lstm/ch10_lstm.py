@@ -138,7 +138,15 @@ workbook.show(persistent.persistent_layer_kernel)
 #
 # Layer l+1 at step t needs only layer l's h_t, so the layers need not wait for each other's whole
 # sequence: at wavefront step s, layer l works on time step s - l, all layers at once on blocks of
-# their own, and a forward takes T + L - 1 grid barriers instead of T·L. Each block now keeps *both*
+# their own, and a forward takes T + L - 1 grid barriers instead of T·L:
+#
+#                 time step t:  0   1   2   3   4  ...
+#     layer 0                   s0  s1  s2  s3  s4
+#     layer 1                       s1  s2  s3  s4  ...      (layer l at t runs at step s = t + l,
+#     layer 2                           s2  s3  s4           after layer l - 1 at t (step s - 1)
+#     layer 3                               s3  s4  ...       and itself at t - 1 (step s - 1))
+#
+# Each block now keeps *both*
 # its weight matrices on chip (W_ih as well: 256 KB a block at H = 512, in 227 KB of shared memory
 # plus registers), so the kernel is built for its sizes (`make_wavefront_kernel`: unrolled loops
 # keep an array in registers) and asks for more than the 48 KB of shared memory a kernel gets by

@@ -104,7 +104,17 @@ workbook.show(maps.lookup)
 
 # %% [markdown]
 # The pair table is one lookup per (site, tap); the rulebook compacts it tap by tap with an atomic
-# counter a tap.
+# counter a tap. The same pairs, kept two ways (a row a site, a column a tap; -1: no neighbour):
+#
+#     pair table (sites x 27 taps)              rulebook (per tap, its (input, output) pairs)
+#     site   tap 0   tap 1  ...  tap 13 ...       tap 0:  (4, 0) (9, 2)
+#       0      4      -1          0               tap 1:  (7, 1)
+#       1     -1       7          1               ...
+#       2      9      -1          2               tap 13: (0, 0) (1, 1) (2, 2) ...  (the centre: every site)
+#
+# Output-stationary kernels read the table by rows: each output row gathers its neighbours and is
+# written once. Gather-GEMM-scatter reads the rulebook by taps: one GEMM per tap over its pairs,
+# each output row added to by every tap that reaches it.
 
 # %%
 workbook.show(maps.pairs_kernel)
