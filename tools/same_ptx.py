@@ -28,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workbook.compiler import CACHE  # noqa: E402
 
 NAME = re.compile(r"_ZN[0-9A-Za-z_$]+|__numba_[0-9A-Za-z_$]+|\$[0-9A-Za-z_.]+|_cudapy_[a-z]+_\d+")  # numba's generated names
-NOISE = re.compile(r"^\s*(//|\.file|\.loc|\.section\s+\.debug)")
+# comments, debug lines, and numba's 8-byte global a device function may keep its exception state in
+# (one per function, so a function pulled out of a kernel adds one; nothing reads it)
+NOISE = re.compile(r"^\s*(//|\.file|\.loc|\.section\s+\.debug)|^\.common \.global \.align 8 \.u64 \S+;$")
 
 
 def compiled(log_dir):
@@ -46,7 +48,7 @@ def compiled(log_dir):
 
 def normalized_ptx(digest):
     """The kernel's PTX for 9.0 with numba's generated names numbered in order of appearance, and
-    comments and debug lines left out; None if the cache no longer holds it."""
+    comments, debug lines and exception-state globals left out; None if the cache no longer holds it."""
     path = CACHE / f"{digest}.json"
     if not path.exists():
         return None

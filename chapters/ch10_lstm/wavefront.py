@@ -115,22 +115,13 @@ def make_wavefront_kernel(H, U, L, NB):
             return ZERO
         return y[(((layer - numba.uint64(1)) * T + t) * B + b) * numba.uint64(H) + k]
 
-    @cuda.jit(**options)
-    def wavefront_kernel(x_terms, w_ih, w_hh, bias, h, c, y, T, B, counter):
-        """Flat float32 arrays, every index an unsigned 64-bit integer from compile-time sizes.
-        counter: 2 uint64, zero at the launch and left at zero (the last block out resets them)."""
+    @cuda.jit(device=True, forceinline=True)
+    def load_weights(shared, wih, w_ih, w_hh, layer, j0, tid, warp, lane):
+        """Once a sequence: this thread's share of the block's rows of W_hh (and W_ih past the first
+        layer) into shared memory, the first KM columns of W_ih into registers (wih); then the
+        staging rows of h and of the inputs zeroed (the padding past H stays zero)."""
         u64 = numba.uint64
-        T, B = u64(T), u64(B)
-        cuda.cg.this_grid()  # unused but for this: numba launches the kernel cooperatively (all blocks resident)
-        shared = cuda.shared.array(0, dtype=float32)
-        tid = u64(cuda.threadIdx.x)
-        warp, lane = tid // u64(32), tid % u64(32)
-        blocks = u64(cuda.gridDim.x)
-        per_layer = blocks // u64(L)
-        layer = u64(cuda.blockIdx.x) // per_layer
-        j0 = (u64(cuda.blockIdx.x) % per_layer) * u64(U)
-        wih = cuda.local.array(KR_SLOTS, float32)
-        for pass_ in range(2 if INPUTS else 1):  # once per sequence: this thread's share of the block's weight rows
+        for pass_ in range(2 if INPUTS else 1):
             for i in range(PT):
                 r = u64(i % RPW)
                 u, gate = warp * u64(UPW) + r // u64(4), r % u64(4)
@@ -154,6 +145,67 @@ def make_wavefront_kernel(H, U, L, NB):
             shared[u64(HS) + k] = ZERO
             if INPUTS:
                 shared[u64(XS) + k] = ZERO
+
+    @cuda.jit(device=True, forceinline=True)
+    def dot_products(shared, wih, tid, lane, acc):
+        """acc[r * NB + row]: this lane's part of row r of the warp's weights times batch row `row`
+        of the staged h (and inputs); every weight value read once for the chunk's NB rows."""
+        u64 = numba.uint64
+        for n in range(RN):
+            acc[n] = ZERO
+        for m in range(KM):  # W_ih from registers
+            for r in range(RPW):
+                w, wi = shared[u64((m * RPW + r) * THREADS) + tid], wih[m * RPW + r]
+                for row in range(NB):
+                    at = u64(row * KP + m * 32) + lane
+                    acc[r * NB + row] += w * shared[u64(HS) + at] + wi * shared[u64(XS) + at]
+        for m in range(KM, KPT):  # the rest: W_ih from shared memory too
+            for r in range(RPW):
+                i = m * RPW + r
+                w = shared[u64(i * THREADS) + tid]
+                if INPUTS:
+                    wi = shared[u64(WS + (i - KR) * THREADS) + tid]
+                    for row in range(NB):
+                        at = u64(row * KP + m * 32) + lane
+                        acc[r * NB + row] += w * shared[u64(HS) + at] + wi * shared[u64(XS) + at]
+                else:
+                    for row in range(NB):
+                        acc[r * NB + row] += w * shared[u64(HS + row * KP + m * 32) + lane]
+
+    @cuda.jit(device=True, forceinline=True)
+    def warp_sums(acc, lane):
+        """The warp's RN sums over its 32 lanes: each exchange halves the sums a lane keeps (lanes
+        with the bit set keep the upper half), then a plain butterfly; lane L ends with sum L >> SHIFT."""
+        u64 = numba.uint64
+        width = RN
+        for level in range(5):
+            bit = 16 >> level
+            upper = (lane & u64(bit)) != u64(0)
+            if level < SPLITS:
+                width //= 2
+                for n in range(width):
+                    give = acc[n] if upper else acc[n + width]
+                    keep = acc[n + width] if upper else acc[n]
+                    acc[n] = keep + cuda.shfl_xor_sync(FULL, give, bit)
+            else:
+                acc[0] += cuda.shfl_xor_sync(FULL, acc[0], bit)
+
+    @cuda.jit(**options)
+    def wavefront_kernel(x_terms, w_ih, w_hh, bias, h, c, y, T, B, counter):
+        """Flat float32 arrays, every index an unsigned 64-bit integer from compile-time sizes.
+        counter: 2 uint64, zero at the launch and left at zero (the last block out resets them)."""
+        u64 = numba.uint64
+        T, B = u64(T), u64(B)
+        cuda.cg.this_grid()  # unused but for this: numba launches the kernel cooperatively (all blocks resident)
+        shared = cuda.shared.array(0, dtype=float32)
+        tid = u64(cuda.threadIdx.x)
+        warp, lane = tid // u64(32), tid % u64(32)
+        blocks = u64(cuda.gridDim.x)
+        per_layer = blocks // u64(L)
+        layer = u64(cuda.blockIdx.x) // per_layer
+        j0 = (u64(cuda.blockIdx.x) % per_layer) * u64(U)
+        wih = cuda.local.array(KR_SLOTS, float32)
+        load_weights(shared, wih, w_ih, w_hh, layer, j0, tid, warp, lane)
         cuda.syncthreads()  # zeros first: the staging below writes rows another thread zeroed
         acc = cuda.local.array(RN, float32)
         next_h = cuda.local.array(STAGE, float32)
@@ -162,7 +214,7 @@ def make_wavefront_kernel(H, U, L, NB):
         cell_lane = lane % u64(CELLS)  # lanes past CELLS compute a copy and store nothing
         u, bb = warp * u64(UPW) + cell_lane // u64(NB), cell_lane % u64(NB)
         j = j0 + u
-        for s in range(T + u64(L - 1)):
+        for s in range(T + u64(L - 1)):  # wavefront step s: layer l at time step s - l
             if s >= layer and s - layer < T:
                 t = s - layer
                 for q in range(STAGE):  # the first chunk's h_{t-1} and inputs, straight to shared memory
@@ -172,7 +224,7 @@ def make_wavefront_kernel(H, U, L, NB):
                         shared[u64(HS) + row * u64(KP) + k] = previous_h(h, y, layer, t, T, B, row, k)
                         if INPUTS:
                             shared[u64(XS) + row * u64(KP) + k] = layer_input(y, layer, t, T, B, row, k)
-                for b0 in range(u64(0), B, u64(NB)):
+                for b0 in range(u64(0), B, u64(NB)):  # NB batch rows a chunk
                     b = b0 + bb
                     mine = lane < u64(CELLS) and u < u64(U) and j < u64(H) and b < B
                     c_old = ZERO
@@ -194,40 +246,8 @@ def make_wavefront_kernel(H, U, L, NB):
                                 next_h[q] = previous_h(h, y, layer, t, T, B, after + row, k)
                                 if INPUTS:
                                     next_x[q] = layer_input(y, layer, t, T, B, after + row, k)
-                    for n in range(RN):
-                        acc[n] = ZERO
-                    for m in range(KM):  # every weight value read once for the chunk's NB rows; W_ih from registers
-                        for r in range(RPW):
-                            w, wi = shared[u64((m * RPW + r) * THREADS) + tid], wih[m * RPW + r]
-                            for row in range(NB):
-                                at = u64(row * KP + m * 32) + lane
-                                acc[r * NB + row] += w * shared[u64(HS) + at] + wi * shared[u64(XS) + at]
-                    for m in range(KM, KPT):  # the rest: W_ih from shared memory too
-                        for r in range(RPW):
-                            i = m * RPW + r
-                            w = shared[u64(i * THREADS) + tid]
-                            if INPUTS:
-                                wi = shared[u64(WS + (i - KR) * THREADS) + tid]
-                                for row in range(NB):
-                                    at = u64(row * KP + m * 32) + lane
-                                    acc[r * NB + row] += w * shared[u64(HS) + at] + wi * shared[u64(XS) + at]
-                            else:
-                                for row in range(NB):
-                                    acc[r * NB + row] += w * shared[u64(HS + row * KP + m * 32) + lane]
-                    # the warp's RN sums over its 32 lanes: each exchange halves the sums a lane keeps
-                    # (lanes with the bit set keep the upper half), then a plain butterfly
-                    width = RN
-                    for level in range(5):
-                        bit = 16 >> level
-                        upper = (lane & u64(bit)) != u64(0)
-                        if level < SPLITS:
-                            width //= 2
-                            for n in range(width):
-                                give = acc[n] if upper else acc[n + width]
-                                keep = acc[n + width] if upper else acc[n]
-                                acc[n] = keep + cuda.shfl_xor_sync(FULL, give, bit)
-                        else:
-                            acc[0] += cuda.shfl_xor_sync(FULL, acc[0], bit)
+                    dot_products(shared, wih, tid, lane, acc)
+                    warp_sums(acc, lane)
                     for gate in range(4):  # sum (4 * ul + gate) * NB + bb sits in lane ((4 * ul + gate) * NB + bb) << SHIFT
                         source = ((cell_lane // u64(NB) * u64(4) + u64(gate)) * u64(NB) + bb) << u64(SHIFT)
                         gates[gate] += cuda.shfl_sync(FULL, acc[0], source)
