@@ -190,6 +190,42 @@ def make_wavefront_kernel(H, U, L, NB):
             else:
                 acc[0] += cuda.shfl_xor_sync(FULL, acc[0], bit)
 
+    @cuda.jit(device=True, forceinline=True)
+    def stage_rows(shared, h, y, layer, t, T, B, tid):
+        """The first chunk's h_{t-1} (and inputs) of time step t, straight to shared memory."""
+        u64 = numba.uint64
+        for q in range(STAGE):
+            n = tid + u64(q * THREADS)
+            row, k = n // u64(H), n % u64(H)
+            if n < u64(NB * H) and row < B:
+                shared[u64(HS) + row * u64(KP) + k] = previous_h(h, y, layer, t, T, B, row, k)
+                if INPUTS:
+                    shared[u64(XS) + row * u64(KP) + k] = layer_input(y, layer, t, T, B, row, k)
+
+    @cuda.jit(device=True, forceinline=True)
+    def fetch_rows(next_h, next_x, h, y, layer, t, T, B, after, tid):
+        """The next chunk's rows (from batch row `after`) into registers: in flight during this chunk's sums."""
+        u64 = numba.uint64
+        for q in range(STAGE):
+            n = tid + u64(q * THREADS)
+            row, k = n // u64(H), n % u64(H)
+            if n < u64(NB * H) and after + row < B:
+                next_h[q] = previous_h(h, y, layer, t, T, B, after + row, k)
+                if INPUTS:
+                    next_x[q] = layer_input(y, layer, t, T, B, after + row, k)
+
+    @cuda.jit(device=True, forceinline=True)
+    def store_rows(shared, next_h, next_x, B, after, tid):
+        """fetch_rows' registers into shared memory, once every warp is done with the chunk before."""
+        u64 = numba.uint64
+        for q in range(STAGE):
+            n = tid + u64(q * THREADS)
+            row, k = n // u64(H), n % u64(H)
+            if n < u64(NB * H) and after + row < B:
+                shared[u64(HS) + row * u64(KP) + k] = next_h[q]
+                if INPUTS:
+                    shared[u64(XS) + row * u64(KP) + k] = next_x[q]
+
     @cuda.jit(**options)
     def wavefront_kernel(x_terms, w_ih, w_hh, bias, h, c, y, T, B, counter):
         """Flat float32 arrays, every index an unsigned 64-bit integer from compile-time sizes.
@@ -217,13 +253,7 @@ def make_wavefront_kernel(H, U, L, NB):
         for s in range(T + u64(L - 1)):  # wavefront step s: layer l at time step s - l
             if s >= layer and s - layer < T:
                 t = s - layer
-                for q in range(STAGE):  # the first chunk's h_{t-1} and inputs, straight to shared memory
-                    n = tid + u64(q * THREADS)
-                    row, k = n // u64(H), n % u64(H)
-                    if n < u64(NB * H) and row < B:
-                        shared[u64(HS) + row * u64(KP) + k] = previous_h(h, y, layer, t, T, B, row, k)
-                        if INPUTS:
-                            shared[u64(XS) + row * u64(KP) + k] = layer_input(y, layer, t, T, B, row, k)
+                stage_rows(shared, h, y, layer, t, T, B, tid)
                 for b0 in range(u64(0), B, u64(NB)):  # NB batch rows a chunk
                     b = b0 + bb
                     mine = lane < u64(CELLS) and u < u64(U) and j < u64(H) and b < B
@@ -237,15 +267,9 @@ def make_wavefront_kernel(H, U, L, NB):
                     if mine:
                         c_old = c[(layer * B + b) * u64(H) + j]
                     cuda.syncthreads()
-                    after = b0 + u64(NB)  # the next chunk's rows: their loads in flight during this chunk's sums
+                    after = b0 + u64(NB)  # the next chunk's first row
                     if after < B:
-                        for q in range(STAGE):
-                            n = tid + u64(q * THREADS)
-                            row, k = n // u64(H), n % u64(H)
-                            if n < u64(NB * H) and after + row < B:
-                                next_h[q] = previous_h(h, y, layer, t, T, B, after + row, k)
-                                if INPUTS:
-                                    next_x[q] = layer_input(y, layer, t, T, B, after + row, k)
+                        fetch_rows(next_h, next_x, h, y, layer, t, T, B, after, tid)
                     dot_products(shared, wih, tid, lane, acc)
                     warp_sums(acc, lane)
                     for gate in range(4):  # sum (4 * ul + gate) * NB + bb sits in lane ((4 * ul + gate) * NB + bb) << SHIFT
@@ -256,13 +280,7 @@ def make_wavefront_kernel(H, U, L, NB):
                             gates[0], gates[1], gates[2], gates[3], c_old)
                     if after < B:
                         cuda.syncthreads()  # every warp done with this chunk's rows: the next one's replace them
-                        for q in range(STAGE):
-                            n = tid + u64(q * THREADS)
-                            row, k = n // u64(H), n % u64(H)
-                            if n < u64(NB * H) and after + row < B:
-                                shared[u64(HS) + row * u64(KP) + k] = next_h[q]
-                                if INPUTS:
-                                    shared[u64(XS) + row * u64(KP) + k] = next_x[q]
+                        store_rows(shared, next_h, next_x, B, after, tid)
             counter_barrier(counter, (s + u64(1)) * blocks)  # every h of wavefront step s written
         for n in range(tid, u64(U) * B, u64(THREADS)):
             u, b = n // B, n % B
