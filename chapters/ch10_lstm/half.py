@@ -138,6 +138,72 @@ def make_half_kernel(H, U, L, NT):
                     for e in range(2):
                         nxt[((i * NT + nt) * 2 + r) * 2 + e] = operand(y, h, layer, t, T, B, b, ks, k + u64(e))
 
+    @cuda.jit(device=True, forceinline=True)
+    def cell_inputs(cs, xs, c, bias, x_terms, layer, t, B, b0, j0, tid):
+        """The chunk's cells' inputs that need no h, for the cells this thread computes: c_{t-1}, and
+        bias (+ the hoisted input term in the first layer) of each gate. In flight during the mma."""
+        u64 = numba.uint64
+        for p in range(CPT):
+            n = tid + u64(p * THREADS)
+            cu, bb = n % u64(U), n // u64(U)
+            b, j = b0 + bb, j0 + cu
+            if bb < u64(NB) and b < B and j < u64(H):
+                cs[p] = c[(layer * B + b) * u64(H) + j]
+                for q in range(4):
+                    xs[4 * p + q] = bias[layer * u64(4 * H) + u64(q * H) + j]
+                    if layer == u64(0):
+                        xs[4 * p + q] += x_terms[(t * B + b) * u64(4 * H) + u64(q * H) + j]
+
+    @cuda.jit(device=True, forceinline=True)
+    def multiply(acc, words, nxt, ks0, lane):
+        """acc = this warp's part of the chunk's gates: its KSW k-steps of the block's weight fragments
+        (shared memory) times the staged operands, packed to FP16 pairs, on the tensor cores."""
+        u64 = numba.uint64
+        for n in range(ACC):
+            acc[n] = ZERO
+        for i in range(KSW):
+            for mt in range(MT):
+                at = ((ks0 + u64(i)) * u64(MT) + u64(mt)) * u64(128) + lane
+                a = (words[at], words[at + u64(32)], words[at + u64(64)], words[at + u64(96)])
+                for nt in range(NT):
+                    o, f = (mt * NT + nt) * 4, (i * NT + nt) * 4
+                    b_regs = (pack_f16x2(nxt[f], nxt[f + 1]), pack_f16x2(nxt[f + 2], nxt[f + 3]))
+                    acc[o], acc[o + 1], acc[o + 2], acc[o + 3] = mma_f16(
+                        a, b_regs, (acc[o], acc[o + 1], acc[o + 2], acc[o + 3]))
+
+    @cuda.jit(device=True, forceinline=True)
+    def store_partials(part, acc, B, b0, warp, q4, lane):
+        """The warp's partial sums to shared memory as mma left them, a register's 32 lanes side by side
+        (columns past the batch are not needed)."""
+        u64 = numba.uint64
+        for mt in range(MT):
+            for nt in range(NT):
+                for r in range(4):
+                    if b0 + u64(nt * 8 + r % 2) + u64(2) * q4 < B:
+                        part[u64(PS + ((mt * NT + nt) * 4 + r) * PITCH) + warp * u64(TILES * 4 * PITCH) +
+                             lane] = acc[(mt * NT + nt) * 4 + r]
+
+    @cuda.jit(device=True, forceinline=True)
+    def cells(c, y, part, xs, cs, z, layer, t, T, B, b0, j0, tid):
+        """The cells, a thread per (unit, batch row): each gate's sum over the warps' partial sums, then
+        lstm_cell."""
+        u64 = numba.uint64
+        for p in range(CPT):
+            n = tid + u64(p * THREADS)
+            cu, bb = n % u64(U), n // u64(U)
+            b, j = b0 + bb, j0 + cu
+            if bb < u64(NB) and b < B and j < u64(H):
+                for q in range(4):  # row 4 cu + q, column bb: tile, register and lane of C
+                    row = u64(4) * cu + u64(q)
+                    tile = (row // u64(16)) * u64(NT) + bb // u64(8)
+                    r = (row % u64(16)) // u64(8) * u64(2) + bb % u64(2)
+                    at = u64(PS) + (tile * u64(4) + r) * u64(PITCH) + row % u64(8) * u64(4) + bb % u64(8) // u64(2)
+                    z[q] = xs[4 * p + q]
+                    for w in range(WARPS):
+                        z[q] += part[at + u64(w * TILES * 4 * PITCH)]
+                c[(layer * B + b) * u64(H) + j], y[((layer * T + t) * B + b) * u64(H) + j] = \
+                    lstm_cell(z[0], z[1], z[2], z[3], cs[p])
+
     @cuda.jit(**options)
     def half_kernel(x_terms, w_frag, bias, h, c, y, T, B, counter):
         """Flat arrays: x_terms (T, B, 4H) float32, the first layer's hoisted GEMM; w_frag: fragments();
@@ -169,53 +235,15 @@ def make_half_kernel(H, U, L, NT):
             if s >= layer and s - layer < T:
                 t = s - layer
                 stage(nxt, y, h, layer, t, T, B, u64(0), ks0, g, q4)  # the first chunk's operands
-                for b0 in range(u64(0), B, u64(NB)):
-                    for p in range(CPT):  # the cells' inputs that need no h: in flight meanwhile
-                        n = tid + u64(p * THREADS)
-                        cu, bb = n % u64(U), n // u64(U)
-                        b, j = b0 + bb, j0 + cu
-                        if bb < u64(NB) and b < B and j < u64(H):
-                            cs[p] = c[(layer * B + b) * u64(H) + j]
-                            for q in range(4):
-                                xs[4 * p + q] = bias[layer * u64(4 * H) + u64(q * H) + j]
-                                if layer == u64(0):
-                                    xs[4 * p + q] += x_terms[(t * B + b) * u64(4 * H) + u64(q * H) + j]
-                    for n in range(ACC):
-                        acc[n] = ZERO
-                    for i in range(KSW):
-                        for mt in range(MT):
-                            at = ((ks0 + u64(i)) * u64(MT) + u64(mt)) * u64(128) + lane
-                            a = (words[at], words[at + u64(32)], words[at + u64(64)], words[at + u64(96)])
-                            for nt in range(NT):
-                                o, f = (mt * NT + nt) * 4, (i * NT + nt) * 4
-                                b_regs = (pack_f16x2(nxt[f], nxt[f + 1]), pack_f16x2(nxt[f + 2], nxt[f + 3]))
-                                acc[o], acc[o + 1], acc[o + 2], acc[o + 3] = mma_f16(
-                                    a, b_regs, (acc[o], acc[o + 1], acc[o + 2], acc[o + 3]))
+                for b0 in range(u64(0), B, u64(NB)):  # NB batch rows a chunk
+                    cell_inputs(cs, xs, c, bias, x_terms, layer, t, B, b0, j0, tid)
+                    multiply(acc, words, nxt, ks0, lane)
                     cuda.syncthreads()  # the last chunk's cells are done with the partial sums
-                    for mt in range(MT):  # as mma left them, a register's 32 lanes side by side
-                        for nt in range(NT):
-                            for r in range(4):
-                                if b0 + u64(nt * 8 + r % 2) + u64(2) * q4 < B:  # columns past the batch: not needed
-                                    part[u64(PS + ((mt * NT + nt) * 4 + r) * PITCH) + warp * u64(TILES * 4 * PITCH) +
-                                         lane] = acc[(mt * NT + nt) * 4 + r]
+                    store_partials(part, acc, B, b0, warp, q4, lane)
                     if b0 + u64(NB) < B:  # the next chunk's operands: in flight during this chunk's cells
                         stage(nxt, y, h, layer, t, T, B, b0 + u64(NB), ks0, g, q4)
                     cuda.syncthreads()
-                    for p in range(CPT):  # the cell, a thread per (unit, batch row): the warps' sums
-                        n = tid + u64(p * THREADS)
-                        cu, bb = n % u64(U), n // u64(U)
-                        b, j = b0 + bb, j0 + cu
-                        if bb < u64(NB) and b < B and j < u64(H):
-                            for q in range(4):  # row 4 cu + q, column bb: tile, register and lane of C
-                                row = u64(4) * cu + u64(q)
-                                tile = (row // u64(16)) * u64(NT) + bb // u64(8)
-                                r = (row % u64(16)) // u64(8) * u64(2) + bb % u64(2)
-                                at = u64(PS) + (tile * u64(4) + r) * u64(PITCH) + row % u64(8) * u64(4) + bb % u64(8) // u64(2)
-                                z[q] = xs[4 * p + q]
-                                for w in range(WARPS):
-                                    z[q] += part[at + u64(w * TILES * 4 * PITCH)]
-                            c[(layer * B + b) * u64(H) + j], y[((layer * T + t) * B + b) * u64(H) + j] = \
-                                lstm_cell(z[0], z[1], z[2], z[3], cs[p])
+                    cells(c, y, part, xs, cs, z, layer, t, T, B, b0, j0, tid)
             counter_barrier(counter, (s + u64(1)) * blocks)  # every h of wavefront step s written
         for n in range(tid, u64(U) * B, u64(THREADS)):
             cu, b = n % u64(U), n // u64(U)
