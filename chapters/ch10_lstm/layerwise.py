@@ -80,6 +80,72 @@ def make_layer_kernel(H, U, BC):
     SUMS, INPUTS = 4 * TB, 4 * CPT  # local arrays' sizes: plain names, which numba reads as constants
     options = {"launch_bounds": (THREADS, 1)} if ON_GPU else {}
 
+    @cuda.jit(device=True, forceinline=True)
+    def cell_inputs(cs, xs, c, bias, x_terms, t, B, b0, j0, tid):
+        """The chunk's cells' inputs that need no h, for the cells this thread computes: c_{t-1}, and
+        each gate's hoisted input term plus bias. In flight during the staging."""
+        u64 = numba.uint64
+        for p in range(CPT):
+            n = tid + u64(p * THREADS)
+            cu, bb = n % u64(U), n // u64(U)
+            b, j = b0 + bb, j0 + cu
+            if bb < u64(BC) and b < B and j < u64(H):
+                cs[p] = c[b * u64(H) + j]
+                for q in range(4):
+                    xs[4 * p + q] = x_terms[(t * B + b) * u64(4 * H) + u64(q * H) + j] + bias[u64(q * H) + j]
+
+    @cuda.jit(device=True, forceinline=True)
+    def stage_h(shared, stage, src, src_at, B, b0, k_lane, r_lane):
+        """h_{t-1} of the chunk's rows, transposed into h_s (k-major): a thread's k, its rows, ROUND
+        loads in flight at once; zeros past the ends, which add nothing."""
+        u64 = numba.uint64
+        for kk in range(KREP):
+            k = k_lane + u64(kk * KW)
+            whole = EXACT and k < u64(H) and b0 + u64(BC) <= B  # nothing past an end: no test per value
+            for first in range(0, BREP, ROUND):
+                for p in range(ROUND):
+                    bb = r_lane + u64((first + p) * RP)
+                    if whole:
+                        stage[p] = src[src_at + k + u64((first + p) * RP * H)]
+                    else:
+                        stage[p] = ZERO
+                        if k < u64(H) and bb < u64(BC) and b0 + bb < B:
+                            stage[p] = src[src_at + k + u64((first + p) * RP * H)]
+                for p in range(ROUND):
+                    bb = r_lane + u64((first + p) * RP)
+                    if EXACT or (r_lane < u64(RP) and bb < u64(BC) and k < u64(KP)):
+                        shared[u64(WS) + k * u64(BCP) + bb] = stage[p]
+
+    @cuda.jit(device=True, forceinline=True)
+    def tile_sums(acc, w, shared, w_at, h_at):
+        """acc[q * TB + i] += this thread's part (its k-split) of gate q of its unit, batch row
+        g + i * BG; UNROLL k at a time, their addresses a base and constants."""
+        u64 = numba.uint64
+        for m0 in range(0, KPT, UNROLL):
+            w_m, h_m = w_at + u64(m0 * KSPLIT * R), h_at + u64(m0 * KSPLIT * BCP)
+            for m in range(UNROLL):
+                for q in range(4):
+                    w[q] = shared[w_m + u64(m * KSPLIT * R + q)]
+                for i in range(TB):
+                    hv = shared[h_m + u64(m * KSPLIT * BCP + i * BG)]
+                    for q in range(4):
+                        acc[q * TB + i] += w[q] * hv
+
+    @cuda.jit(device=True, forceinline=True)
+    def cells(c, y, shared, xs, cs, z, t, B, b0, j0, tid):
+        """The cells, a thread per (unit, batch row): each gate's KSPLIT partial sums, then lstm_cell."""
+        u64 = numba.uint64
+        for p in range(CPT):
+            n = tid + u64(p * THREADS)
+            cu, bb = n % u64(U), n // u64(U)
+            b, j = b0 + bb, j0 + cu
+            if bb < u64(BC) and b < B and j < u64(H):
+                for q in range(4):
+                    z[q] = xs[4 * p + q]
+                    for s in range(KSPLIT):
+                        z[q] += shared[u64(WS) + (u64(s * R + q) + u64(4) * cu) * u64(BCP) + bb]
+                c[b * u64(H) + j], y[(t * B + b) * u64(H) + j] = lstm_cell(z[0], z[1], z[2], z[3], cs[p])
+
     @cuda.jit(**options)
     def layer_kernel(x_terms, w_hh, bias, h, c, y, T, B, counter):
         """A whole layer: y[t] = h_t. Flat float32 arrays: x_terms (T, B, 4H), the hoisted GEMM's;
@@ -110,47 +176,17 @@ def make_layer_kernel(H, U, BC):
         xs = cuda.local.array(INPUTS, float32)
         cs = cuda.local.array(CPT, float32)
         for t in range(T):
-            for b0 in range(u64(0), B, u64(BC)):
-                for p in range(CPT):  # the cells' inputs that need no h: in flight during the staging
-                    n = tid + u64(p * THREADS)
-                    cu, bb = n % u64(U), n // u64(U)
-                    b, j = b0 + bb, j0 + cu
-                    if bb < u64(BC) and b < B and j < u64(H):
-                        cs[p] = c[b * u64(H) + j]
-                        for q in range(4):
-                            xs[4 * p + q] = x_terms[(t * B + b) * u64(4 * H) + u64(q * H) + j] + bias[u64(q * H) + j]
+            for b0 in range(u64(0), B, u64(BC)):  # BC batch rows a chunk
+                cell_inputs(cs, xs, c, bias, x_terms, t, B, b0, j0, tid)
                 cuda.syncthreads()  # the last chunk's cells are done with the partial sums h_s holds
                 src = h if t == u64(0) else y  # h_{t-1}: the initial state, or the last step's outputs
                 src_at = (u64(0) if t == u64(0) else (t - u64(1)) * B * u64(H)) + (b0 + r_lane) * u64(H)
-                for kk in range(KREP):  # h_{t-1} of the chunk, transposed into h_s: a thread's k, ...
-                    k = k_lane + u64(kk * KW)
-                    whole = EXACT and k < u64(H) and b0 + u64(BC) <= B  # nothing past an end: no test per value
-                    for first in range(0, BREP, ROUND):  # ... its rows, ROUND loads in flight at once
-                        for p in range(ROUND):
-                            bb = r_lane + u64((first + p) * RP)
-                            if whole:
-                                stage[p] = src[src_at + k + u64((first + p) * RP * H)]
-                            else:  # k and rows past the end: zeros, which add nothing
-                                stage[p] = ZERO
-                                if k < u64(H) and bb < u64(BC) and b0 + bb < B:
-                                    stage[p] = src[src_at + k + u64((first + p) * RP * H)]
-                        for p in range(ROUND):
-                            bb = r_lane + u64((first + p) * RP)
-                            if EXACT or (r_lane < u64(RP) and bb < u64(BC) and k < u64(KP)):
-                                shared[u64(WS) + k * u64(BCP) + bb] = stage[p]
+                stage_h(shared, stage, src, src_at, B, b0, k_lane, r_lane)
                 cuda.syncthreads()
                 for n in range(SUMS):
                     acc[n] = ZERO
                 if ks < u64(KSPLIT):  # threads past KSPLIT * TILES have no tile
-                    for m0 in range(0, KPT, UNROLL):  # UNROLL k at a time: their addresses a base and constants
-                        w_m, h_m = w_at + u64(m0 * KSPLIT * R), h_at + u64(m0 * KSPLIT * BCP)
-                        for m in range(UNROLL):
-                            for q in range(4):
-                                w[q] = shared[w_m + u64(m * KSPLIT * R + q)]
-                            for i in range(TB):
-                                hv = shared[h_m + u64(m * KSPLIT * BCP + i * BG)]
-                                for q in range(4):
-                                    acc[q * TB + i] += w[q] * hv
+                    tile_sums(acc, w, shared, w_at, h_at)
                 cuda.syncthreads()  # every thread done with h_s: the partial sums take its place
                 if ks < u64(KSPLIT):
                     for q in range(4):
@@ -158,16 +194,7 @@ def make_layer_kernel(H, U, BC):
                             shared[u64(WS) + (ks * u64(R) + u64(4) * u + u64(q)) * u64(BCP) + g + u64(i * BG)] = \
                                 acc[q * TB + i]
                 cuda.syncthreads()
-                for p in range(CPT):  # the cell, a thread per (unit, batch row): the KSPLIT partial sums
-                    n = tid + u64(p * THREADS)
-                    cu, bb = n % u64(U), n // u64(U)
-                    b, j = b0 + bb, j0 + cu
-                    if bb < u64(BC) and b < B and j < u64(H):
-                        for q in range(4):
-                            z[q] = xs[4 * p + q]
-                            for s in range(KSPLIT):
-                                z[q] += shared[u64(WS) + (u64(s * R + q) + u64(4) * cu) * u64(BCP) + bb]
-                        c[b * u64(H) + j], y[(t * B + b) * u64(H) + j] = lstm_cell(z[0], z[1], z[2], z[3], cs[p])
+                cells(c, y, shared, xs, cs, z, t, B, b0, j0, tid)
             counter_barrier(counter, (t + u64(1)) * blocks)  # every h_t written before any block reads it
         for n in range(tid, u64(U) * B, u64(THREADS)):  # h_n: the units this block owns, written by it
             cu, b = n % u64(U), n // u64(U)
