@@ -556,7 +556,8 @@ def _check(name, output, reference, check):
 
 
 def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None, repeats=None,
-            flush=False, check=None, check_baselines=True, poison_outputs=True, title="", seconds=None):
+            flush=False, check=None, check_baselines=True, poison_outputs=True, title="", seconds=None,
+            wall_clock=()):
     """Check, then time, kernels that compute the same thing; see the module docstring.
 
     Before the checked call, the outputs of the warm-up call are poisoned (see poison()) and the
@@ -572,6 +573,10 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
     bytes, flops: what one call must move and compute, counted by the caller.
     seconds: about how long a slow variant's repeats may take (default REPEATS_SECONDS): more, for
     a ratio of slow calls whose rounds vary (host-bound calls of a second).
+    wall_clock: names of variants timed as calls that synchronise are, by their wall clock, whatever
+    the test of the checked call says: host-bound calls compared with each other. A call whose host
+    takes about SYNC_TEST_SECONDS would otherwise be timed on the host's clock in one run and at its
+    GPU time in another, and a ratio of two of them would change its meaning.
     """
     baselines = dict(baselines or {}) if ON_GPU and optional_torch() is not None else {}
     # the kernels' warm-up calls: on a GPU, all at once, their kernels compiled side by side, each
@@ -611,7 +616,9 @@ def compare(variants, *, reference=None, baselines=None, bytes=None, flops=None,
         ceiling = copy_ceiling() if bytes else None
         functions = {**variants, **baselines}
         for timing in timings:
-            if timing.name not in sync_known:
+            if timing.name in wall_clock:
+                timing.synchronises = True
+            elif timing.name not in sync_known:
                 timing.synchronises = synchronises(functions[timing.name])
         unheld = {t.name for t in timings if t.synchronises}
         once = {t.name: float(t.times_ms[0]) for t in timings}  # the checked call, on the host's clock

@@ -328,7 +328,8 @@ slow_comparison = chapter.compare(
     if torch is not None else None,
     flops=2.0 * SLOW_STEPS * big * 4 * HIDDEN * (INPUT + HIDDEN + (LAYERS - 1) * 2 * HIDDEN),
     reference=lambda: computing["slow"].result(), check=check,
-    size=f"T={SLOW_STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={big}", repeats=15, seconds=6)
+    size=f"T={SLOW_STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={big}", repeats=15, seconds=6,
+    wall_clock=slow.keys())  # host-bound, both: each call's wall clock
 
 comparisons, comparisons_fp16 = {}, {}
 for batch in BATCHES:
