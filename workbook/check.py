@@ -15,6 +15,7 @@ bytes before the call, and an element that still holds them is named as never wr
 from dataclasses import dataclass
 
 import numpy as np
+from .launch import cdiv
 
 # (rtol, atol) by dtype: float32 leaves room for a different summation order in reductions.
 DEFAULT_TOLERANCE = {
@@ -281,7 +282,7 @@ def unpack_bitmask(words, n):
 def pack_bitmask(bits):
     """NumPy reference for a packed mask: uint32[ceil(n / 32)], unused high bits of the last word 0."""
     bits = np.asarray(bits, dtype=bool).reshape(-1)
-    padded = np.zeros(-(-bits.size // 32) * 32, dtype=bool)
+    padded = np.zeros(cdiv(bits.size, 32) * 32, dtype=bool)
     padded[: bits.size] = bits
     return np.packbits(padded, bitorder="little").view(np.uint32)
 

@@ -21,6 +21,7 @@ import numpy as np
 from numba import cuda
 
 from . import ON_GPU
+from .launch import cdiv
 
 # Counts kept by the kernel, in this order.
 UNWRITTEN, NAN_WHERE_FINITE, DIFFER, OUT_NONZERO, REF_NONZERO = range(5)
@@ -114,7 +115,7 @@ def count_mismatches(out, ref, *, rtol, atol, exact):
     bits = np.dtype(f"u{ref.itemsize}")
     ref_dev = _on_device(ref)
     counts = cuda.to_device(np.zeros(5, np.int64))
-    blocks = max(1, min(BLOCKS, -(-out.size // THREADS)))
+    blocks = max(1, min(BLOCKS, cdiv(out.size, THREADS)))
     count_mismatches_kernel[blocks, THREADS](
         out, ref_dev, out.view(bits), ref_dev.view(bits), bits.type(np.iinfo(bits).max),
         np.float64(rtol), np.float64(atol), bool(exact), ref.dtype.kind == "f", counts)
@@ -155,6 +156,6 @@ def at(array, indices):
         return to_host(array).reshape(-1)[indices]
     out = cuda.device_array(indices.size, view.dtype)
     if indices.size:
-        _gather_kernel[min(BLOCKS, -(-indices.size // THREADS)), THREADS](view.reshape(-1), cuda.to_device(indices),
+        _gather_kernel[min(BLOCKS, cdiv(indices.size, THREADS)), THREADS](view.reshape(-1), cuda.to_device(indices),
                                                                           out)
     return out.copy_to_host()

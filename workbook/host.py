@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .launch import cdiv
+
 SMALL = 1 << 20  # elements of the largest argument below which one call does it all
 
 _pools = []
@@ -186,7 +188,7 @@ def standard_normal(rng, shape, dtype=np.float32):
     if size < SMALL:
         return rng.standard_normal(shape, dtype=np.float32).astype(dtype, copy=False)
     out = np.empty(size, dtype)
-    step = -(-size // PIECES)
+    step = cdiv(size, PIECES)
 
     def piece(job):
         start, generator = job

@@ -1,6 +1,7 @@
-"""Launches: a cooperative launch (chapters 10 and 11), and the cheaper ones of chapter 07, a prepared
-launch and a step captured into a CUDA graph.
+"""Launches: how many blocks (cdiv), a cooperative launch (chapters 10 and 11), and the cheaper ones
+of chapter 07, a prepared launch and a step captured into a CUDA graph.
 
+    blocks = cdiv(n, threads)  # ceil(n / threads) in integers: enough blocks for n threads
     cooperative_launch(kernel, blocks, threads, shared_bytes, stream, *args)  # refused unless all resident
 
     launch = PreparedLaunch(kernel, blocks, threads, *args, returns=out)
@@ -23,6 +24,12 @@ import numpy as np
 from numba import cuda, typeof
 
 from . import ON_GPU
+
+
+def cdiv(a, b):
+    """ceil(a / b) for integers a >= 0 and b > 0, exactly (a float division is not, past 2^53): the
+    blocks n threads need, the tiles a size takes."""
+    return -(-a // b)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """Checks of chapter 00's exercises: each runs the student's wrappers (module `m`: exercises.py or
 solutions.py) at awkward sizes on poisoned outputs and names what is wrong. See workbook/exercises.py."""
 
-import math
 
 import numpy as np
 
@@ -9,6 +8,7 @@ import workbook
 from workbook import cuda
 from workbook.check import Launch
 from workbook.exercises import Exercise, poisoned, speed_ratio
+from workbook.launch import cdiv
 
 from . import kernels as k
 
@@ -32,7 +32,7 @@ def check_reverse(m):
         src = _random(n)
         out = m.reverse(cuda.to_device(src), poisoned(n, np.float32))
         workbook.assert_close(out, src[::-1], exact=True, name=f"reverse n={n}",
-                              launch=Launch(math.ceil(n / k.THREADS_PER_BLOCK), k.THREADS_PER_BLOCK))
+                              launch=Launch(cdiv(n, k.THREADS_PER_BLOCK), k.THREADS_PER_BLOCK))
 
 
 def check_two_in_flight(m):

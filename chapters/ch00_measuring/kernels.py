@@ -5,13 +5,12 @@ uncoalesced access costs.
 Every kernel here is what the chapter shows and what tests/test_ch00_measuring.py tests.
 """
 
-import math
 
 import numpy as np
 from numba import cuda
 
 from workbook.inputs import require, sm_count
-from workbook.launch import LaunchCache, TensorCalls
+from workbook.launch import LaunchCache, TensorCalls, cdiv
 from workbook.memory import aligned, load4, store4
 
 THREADS_PER_BLOCK = 256
@@ -173,12 +172,12 @@ def gather_strided_kernel(src, dst, stride):
 
 
 def _blocks_for(n):
-    return max(1, math.ceil(n / THREADS_PER_BLOCK))
+    return max(1, cdiv(n, THREADS_PER_BLOCK))
 
 
 def _machine_blocks(n):
     # Enough blocks to fill every SM, never more than the data needs.
-    return max(1, min(sm_count() * BLOCKS_PER_SM, math.ceil(n / THREADS_PER_BLOCK)))
+    return max(1, min(sm_count() * BLOCKS_PER_SM, cdiv(n, THREADS_PER_BLOCK)))
 
 
 def _copy_args(src, dst):
@@ -234,7 +233,7 @@ def copy_quads(src, dst):
     threads_needed = words_src.size // 4 + 1  # a thread per quad, one more for the tail
     # through a cache of prepared launches: the uint32 views are new objects at every call, but the
     # same memory finds the launch made for it, and costs the driver's launch only (chapter 07)
-    entry = _launches.launch(copy_quads_kernel, math.ceil(threads_needed / QUAD_THREADS), QUAD_THREADS,
+    entry = _launches.launch(copy_quads_kernel, cdiv(threads_needed, QUAD_THREADS), QUAD_THREADS,
                              (words_src, words_dst))
     _torch_calls.keep(key, entry, returns=(dst,), owners=(1,))
     return dst
@@ -264,7 +263,7 @@ def axpy_quads(a, x, y, out):
     x, y, out = _axpy_args(x, y, out)
     if x.dtype != np.float32 or not all(aligned(v, 16) for v in (x, y, out)):
         return axpy_grid_stride(a, x, y, out)
-    _launches.launch(axpy_quads_kernel, _machine_blocks(-(-x.size // 4)), THREADS_PER_BLOCK, (np.float32(a), x, y, out))
+    _launches.launch(axpy_quads_kernel, _machine_blocks(cdiv(x.size, 4)), THREADS_PER_BLOCK, (np.float32(a), x, y, out))
     return out
 
 

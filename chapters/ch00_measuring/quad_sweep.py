@@ -5,7 +5,6 @@ against torch's copy_ in the same process at 2^28 float32. GPU and torch only:
     WORKBOOK_DEVICE=gpu python chapters/ch00_measuring/quad_sweep.py
 """
 
-import math
 import statistics
 
 import numpy as np
@@ -14,6 +13,7 @@ import workbook
 from workbook import cuda
 from workbook.inputs import sm_count
 from workbook.memory import load4, store4
+from workbook.launch import cdiv
 
 
 def grid_stride_copy(in_flight):
@@ -64,7 +64,7 @@ def main():
                 print(f"grid-stride, {in_flight} quads in flight, {threads} threads x {blocks} blocks: "
                       f"{median_ms(torch_copy) / mine:.3f}")
     for threads in (128, 256, 512, 1024):
-        blocks = math.ceil((n // 4 + 1) / threads)
+        blocks = cdiv(n // 4 + 1, threads)
         mine = median_ms(lambda: k.copy_quads_kernel[blocks, threads](src, dst))
         print(f"a quad per thread, {threads} threads per block: {median_ms(torch_copy) / mine:.3f}")
 

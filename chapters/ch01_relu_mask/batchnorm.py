@@ -38,7 +38,7 @@ from numba import cuda, float32, float64, int32, int64
 from workbook import ON_GPU
 from workbook.check import pack_bitmask
 from workbook.inputs import require, sm_count
-from workbook.launch import LaunchCache
+from workbook.launch import LaunchCache, cdiv
 from workbook.memory import aligned, load4, store4
 
 from .kernels import FULL_MASK, ZERO, _spread8, relu
@@ -108,7 +108,7 @@ def pack_planes(bits):
 
 
 def plane_words(h, w):
-    return -(-(h * w) // 32)
+    return cdiv(h * w, 32)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ viewed as uint32. NaN > 0 is False, so a NaN input gets bit 0 (and a zero gradie
 Every kernel here is what the chapter shows and what tests/test_ch01_relu_mask.py tests.
 """
 
-import math
 
 import numpy as np
 from numba import cuda, float32
@@ -19,7 +18,7 @@ from workbook import ON_GPU
 from workbook.check import pack_bitmask
 from workbook.host import by_rows
 from workbook.inputs import require, sm_count
-from workbook.launch import LaunchCache, PreparedLaunch, TensorCalls
+from workbook.launch import LaunchCache, PreparedLaunch, TensorCalls, cdiv
 from workbook.memory import aligned, load4, store4
 
 THREADS_PER_BLOCK = 256
@@ -70,7 +69,7 @@ def relu_backward_reference(dy, positive):
 
 def mask_words(n):
     """Words in the mask of n elements."""
-    return -(-n // 32)
+    return cdiv(n, 32)
 
 
 def special_inputs(n, seed=0):
@@ -467,7 +466,7 @@ _torch_calls = TensorCalls()  # relu_mask_quads on torch tensors met before: one
 def _trip_blocks(n):
     # Enough blocks to fill every SM once, never more than the data has trips for.
     trips_per_block = THREADS_PER_BLOCK // 32
-    return max(1, min(sm_count() * BLOCKS_PER_SM, math.ceil(n / (ELEMENTS_PER_TRIP * trips_per_block))))
+    return max(1, min(sm_count() * BLOCKS_PER_SM, cdiv(n, ELEMENTS_PER_TRIP * trips_per_block)))
 
 
 def _forward_args(x, y, mask):
@@ -483,7 +482,7 @@ def relu_mask_sequential(x, y, mask):
     """Naive: y = relu(x), mask = packed (x > 0), one byte of mask per thread. Returns (y, mask)."""
     x, y, mask = _forward_args(x, y, mask)
     mask_bytes = mask.view(np.uint8)  # the same memory, byte by byte (little-endian: byte b = bits 8b..8b+7)
-    blocks = math.ceil(mask_bytes.size / THREADS_PER_BLOCK)
+    blocks = cdiv(mask_bytes.size, THREADS_PER_BLOCK)
     _launches.launch(relu_mask_sequential_kernel, blocks, THREADS_PER_BLOCK, (x, y, mask_bytes))
     return y, mask
 
@@ -506,7 +505,7 @@ def _pairs(array, name):
 
 def _wide_blocks(n):
     trips_per_block = THREADS_PER_BLOCK // 32
-    return max(1, min(sm_count() * BLOCKS_PER_SM, math.ceil(n / (64 * PAIRS_PER_LANE * trips_per_block))))
+    return max(1, min(sm_count() * BLOCKS_PER_SM, cdiv(n, 64 * PAIRS_PER_LANE * trips_per_block)))
 
 
 def relu_mask_wide(x, y, mask, *, blocks=None):
@@ -531,7 +530,7 @@ def relu_backward_from_mask_wide(dy, mask, dx, *, blocks=None):
 
 
 def _quad_blocks(n):
-    return max(1, math.ceil(math.ceil(n / 4) / QUAD_THREADS))
+    return max(1, cdiv(cdiv(n, 4), QUAD_THREADS))
 
 
 def relu_mask_quads(x, y, mask):

@@ -7,6 +7,7 @@ import numpy as np
 import workbook
 from workbook import cuda
 from workbook.exercises import Exercise, poisoned
+from workbook.launch import cdiv
 
 from . import kernels as k
 
@@ -42,7 +43,7 @@ def check_backward(m):
 def check_mask(m):
     for n in SIZES:
         for p, seed, offset in CASES:
-            mask = m.dropout_mask(n, p, seed, offset, poisoned(-(-n // 32), np.uint32))
+            mask = m.dropout_mask(n, p, seed, offset, poisoned(cdiv(n, 32), np.uint32))
             workbook.assert_bitmask(mask, k.keep_reference(n, p, seed, offset), name=f"dropout_mask n={n} p={p}")
 
 

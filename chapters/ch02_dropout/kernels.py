@@ -28,7 +28,7 @@ from numba.cuda.random import xoroshiro128p_dtype, xoroshiro128p_uniform_float32
 
 import workbook
 from workbook.inputs import empty_like_input, is_torch_tensor, require, sm_count
-from workbook.launch import LaunchCache, PreparedLaunch, TensorCalls
+from workbook.launch import LaunchCache, PreparedLaunch, TensorCalls, cdiv
 
 from .philox import philox4x32, philox4x32_reference
 from workbook.memory import aligned, load4, store4
@@ -103,7 +103,7 @@ def _philox_words(quads, seed, offset):
 
 def keep_reference(n, p, seed, offset):
     """bool[n]: which elements a (seed, offset) call keeps -- the Philox mapping of the docstring."""
-    words = _philox_words(np.arange(-(-n // 4), dtype=np.uint64), seed, offset).reshape(-1)[:n]
+    words = _philox_words(np.arange(cdiv(n, 4), dtype=np.uint64), seed, offset).reshape(-1)[:n]
     return words.astype(np.uint64) >= threshold_for(p)
 
 
@@ -350,7 +350,7 @@ def quads_aligned(*arrays):
 def _blocks_for_quads(quads, blocks_per_sm=None):
     """blocks_per_sm (default BLOCKS_PER_SM) blocks per SM, never more than the data needs (a quad
     per thread per trip); "data" sizes the grid by the data: every thread one quad, no second trip."""
-    needed = math.ceil(quads / THREADS_PER_BLOCK)
+    needed = cdiv(quads, THREADS_PER_BLOCK)
     blocks_per_sm = BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm
     if blocks_per_sm == "data":
         return max(1, needed)
@@ -368,7 +368,7 @@ def _output(out, like, name, given=None):
 
 
 def _mask_output(mask, n, given=None):
-    words = -(-n // 32)
+    words = cdiv(n, 32)
     if mask is None:
         return empty_like_input(given, (words,), np.uint32)
     return require(mask, "mask", dtype=np.uint32, shape=(words,))
@@ -421,7 +421,7 @@ def _forward(x, p, seed, offset, y, mask, write_mask, vector=True, blocks_per_sm
         kernel = dropout_bitmask_kernel if wide else dropout_bitmask_scalar_kernel
     else:
         kernel = dropout_seed_only_kernel if wide else dropout_seed_only_scalar_kernel
-    quads = -(-x.size // 4)
+    quads = cdiv(x.size, 4)
     blocks = _blocks_for_quads(quads, blocks_per_sm)
     entry = _launch(kernel, blocks, THREADS_PER_BLOCK, (x, y, mask), (*_fixed_scalars(p, seed), *split_u64(offset)),
                     repeats)
@@ -458,7 +458,7 @@ def prepare_dropout_bitmask(x, p, seed, y, mask):
     kernel = dropout_bitmask_kernel if quads_aligned(x, y) else dropout_bitmask_scalar_kernel
     args = (x, y, mask, threshold_for(p), scale_for(p), *split_u64(seed))
     offset_at = len(args)  # the offset's two words follow
-    launch = PreparedLaunch(kernel, _blocks_for_quads(-(-x.size // 4)), THREADS_PER_BLOCK, *args,
+    launch = PreparedLaunch(kernel, _blocks_for_quads(cdiv(x.size, 4)), THREADS_PER_BLOCK, *args,
                             *split_u64(0), returns=(y, mask))
 
     def step(offset):
@@ -482,7 +482,7 @@ def dropout_bitmask_counted(x, p, seed, counter, y, mask, *, stream=0):
     if x.size:
         wide = quads_aligned(x, y)
         kernel = dropout_bitmask_counted_kernel if wide else dropout_bitmask_counted_scalar_kernel
-        _launches.launch(kernel, _blocks_for_quads(-(-x.size // 4)), THREADS_PER_BLOCK, (x, y, mask, counter),
+        _launches.launch(kernel, _blocks_for_quads(cdiv(x.size, 4)), THREADS_PER_BLOCK, (x, y, mask, counter),
                          _fixed_scalars(p, seed), stream=stream)
     return y, mask
 
@@ -495,13 +495,13 @@ def dropout_seed_only(x, p, seed, offset, y=None):
 def dropout_backward_bitmask(dy, mask, p, dx=None, vector=True, blocks_per_sm=None, stream=0):
     """dx = dy * keep / (1 - p), keep read from the packed mask written by dropout_bitmask."""
     dy_given, dy = dy, require(dy, "dy", dtype=DTYPES, ndim=1)
-    mask = require(mask, "mask", dtype=np.uint32, shape=(-(-dy.size // 32),))
+    mask = require(mask, "mask", dtype=np.uint32, shape=(cdiv(dy.size, 32),))
     p = check_p(p)
     dx = _output(dx, dy, "dx", dy_given)
     if dy.size:
         wide = vector and quads_aligned(dy, dx)
         kernel = backward_bitmask_kernel if wide else backward_bitmask_scalar_kernel
-        quads = -(-dy.size // 4)
+        quads = cdiv(dy.size, 4)
         _launches.launch(kernel, _blocks_for_quads(quads, blocks_per_sm), THREADS_PER_BLOCK,  # (seed, offset): unused
                          (dy, mask, dx, *_fixed_scalars(p, 0), *split_u64(0)), stream=stream)
     return dx
@@ -516,7 +516,7 @@ def dropout_backward_seed_only(dy, p, seed, offset, dx=None):
     dx = _output(dx, dy, "dx", dy_given)
     if dy.size:
         kernel = backward_seed_only_kernel if quads_aligned(dy, dx) else backward_seed_only_scalar_kernel
-        quads = -(-dy.size // 4)
+        quads = cdiv(dy.size, 4)
         _launch(kernel, _blocks_for_quads(quads), THREADS_PER_BLOCK, (dy, _placeholder(), dx),
                 (*_fixed_scalars(p, seed), *split_u64(offset)), repeats)
     return dx
@@ -553,7 +553,7 @@ def naive_states(seed, threads):
 
 
 def naive_grid(n):
-    blocks = max(1, min(sm_count() * NAIVE_BLOCKS_PER_SM, math.ceil(n / THREADS_PER_BLOCK)))
+    blocks = max(1, min(sm_count() * NAIVE_BLOCKS_PER_SM, cdiv(n, THREADS_PER_BLOCK)))
     return blocks, THREADS_PER_BLOCK
 
 
@@ -582,7 +582,7 @@ def dropout_backward_bytemask(dy, mask, p, dx=None):
     repeats = dx is not None or is_torch_tensor(dy_given)
     dx = _output(dx, dy, "dx", dy_given)
     if dy.size:
-        blocks = math.ceil(dy.size / THREADS_PER_BLOCK)
+        blocks = cdiv(dy.size, THREADS_PER_BLOCK)
         _launch(dropout_backward_bytemask_kernel, blocks, THREADS_PER_BLOCK, (dy, mask, dx), (scale_for(p),), repeats)
     return dx
 

@@ -8,6 +8,7 @@ import workbook
 from workbook import cuda
 from workbook.check import CheckError, Launch
 from workbook.exercises import Exercise, poisoned
+from workbook.launch import cdiv
 
 from . import kernels as k
 
@@ -25,7 +26,7 @@ def _check_unscale(function, name, blocks=None):
             d_grad = cuda.to_device(grad)
             found_inf = cuda.to_device(np.zeros(1, np.float32))
             function(d_grad, found_inf, cuda.to_device(np.array([0.125], np.float32)))
-            launch = Launch(blocks, 128, grid_stride=True) if blocks else Launch(-(-n // 128), 128)
+            launch = Launch(blocks, 128, grid_stride=True) if blocks else Launch(cdiv(n, 128), 128)
             label = f"{name} n={n}, {special}"
             workbook.assert_close(d_grad, expected[0], name=f"{label}: grad", launch=launch, input=grad)
             workbook.assert_close(found_inf, expected_flag, exact=True, name=f"{label}: found_inf")

@@ -37,7 +37,7 @@ import workbook
 from workbook import cuda
 from workbook.host import each
 from workbook.inputs import require
-from workbook.launch import LaunchCache, TensorCalls
+from workbook.launch import LaunchCache, TensorCalls, cdiv
 
 GRAD_DTYPES = (np.float32, np.float16)  # gradients; the arithmetic is float32 for both
 
@@ -326,7 +326,7 @@ class GradientList:
         self.launches, self.blocks = [], []
         for begin in range(0, len(arrays), max_tensors_per_launch):
             end = min(begin + max_tensors_per_launch, len(arrays))
-            tiles = -(-self.sizes[begin:end] // TILE)  # ceil: a tensor's last tile may be partial
+            tiles = cdiv(self.sizes[begin:end], TILE)  # ceil: a tensor's last tile may be partial
             table = np.zeros((3, end - begin + 1), dtype=np.int64)
             table[ADDRESS, :-1] = self.addresses[begin:end]
             table[SIZE, :-1] = self.sizes[begin:end]
@@ -373,7 +373,7 @@ def unscale_per_tensor(grads, found_inf, inv_scale):
     found_inf, inv_scale = _flag_args(grads, found_inf, inv_scale)
     for grad in grads.flat:
         if grad.size:
-            blocks = -(-grad.size // THREADS_PER_BLOCK)
+            blocks = cdiv(grad.size, THREADS_PER_BLOCK)
             unscale_one_tensor_kernel[blocks, THREADS_PER_BLOCK](grad, found_inf, inv_scale)
     return found_inf, grads
 

@@ -1,12 +1,12 @@
 """Chapter 04's naive convolution: im2col writes X to memory, then the tiled GEMM multiplies it."""
 
-import math
 
 import numpy as np
 from numba import cuda, float32
 
 from workbook import ON_GPU
 from workbook.inputs import require
+from workbook.launch import cdiv
 
 from .gemm import make_gemm_kernel
 from .geometry import column_origin, conv_args, device_offset_table
@@ -41,7 +41,7 @@ def im2col(x, g, col):
     """Write the column matrix of x for geometry g into col (C*R*S, N*P*Q)."""
     x = require(x, "x", dtype=np.float32, shape=(g.N, g.C, g.H, g.W))
     col = require(col, "col", dtype=np.float32, shape=(g.gemm_depth, g.gemm_columns))
-    blocks = (math.ceil(g.gemm_columns / IM2COL_THREADS), min(g.gemm_depth, IM2COL_ROW_BLOCKS))
+    blocks = (cdiv(g.gemm_columns, IM2COL_THREADS), min(g.gemm_depth, IM2COL_ROW_BLOCKS))
     launches.launch(im2col_kernel, blocks, IM2COL_THREADS, (x.reshape(-1), device_offset_table(g), g.H, g.W,
                                                             g.C * g.H * g.W, g.P * g.Q, g.Q, g.sh, g.sw, g.ph, g.pw, col))
     return col

@@ -14,6 +14,7 @@ import numpy as np
 from numba import cuda, float32
 
 from workbook.memory import load4, shared_load4, shared_store4
+from workbook.launch import cdiv
 
 from .geometry import column_origin
 from .tiles import U64, jit_options, layout
@@ -32,7 +33,7 @@ def shared_table_words(table_words):
     """The room the implicit GEMM gives a table of table_words words in shared memory; 0: none."""
     if table_words > SHARED_TABLE_WORDS:
         return 0
-    return -(-table_words // SHARED_TABLE_STEP) * SHARED_TABLE_STEP
+    return cdiv(table_words, SHARED_TABLE_STEP) * SHARED_TABLE_STEP
 
 
 

@@ -20,6 +20,7 @@ from numba import cuda
 from numpy.lib.stride_tricks import sliding_window_view
 
 from workbook.inputs import require
+from workbook.launch import cdiv
 
 # ---------------------------------------------------------------------------------------------
 # Geometry: the shapes, and the checks every wrapper shares.
@@ -245,7 +246,7 @@ def tap_table(g):
     """uint32 per GEMM row (c, r, s), C*R*S rows rounded up to TABLE_ALIGN: packed entries
     offset << R*S | 1 << r*S + s, shape (rows,), if tap_field(g); else pairs (offset, r*S + s),
     shape (rows, 2)."""
-    rows = -(-g.gemm_depth // TABLE_ALIGN) * TABLE_ALIGN
+    rows = cdiv(g.gemm_depth, TABLE_ALIGN) * TABLE_ALIGN
     taps = np.tile(np.arange(g.R * g.S, dtype=np.uint64), g.C)  # rows are c-major: (c, r, s)
     offsets = offset_table(g)[0].astype(np.uint64)
     field = tap_field(g)

@@ -2,7 +2,6 @@
 many blocks there are (one per tile, split-K or stream-K), and the launch that sizes the grid.
 """
 
-import math
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -11,7 +10,7 @@ from numba import cuda, float32
 
 from workbook import ON_GPU
 from workbook.inputs import sm_count
-from workbook.launch import LaunchCache
+from workbook.launch import LaunchCache, cdiv
 
 from .gather import SHARED_TABLE_WORDS
 from .tiles import jit_options, shared_bytes
@@ -52,19 +51,19 @@ def resident_blocks(tile):
 def split_count(tile, rows, columns, depth):
     """The wrappers' choice when given no `splits`: 1 (a block per output tile) if the `rows x columns`
     tiles fill this GPU's waves to within MIN_GAIN, else "stream" (stream-K)."""
-    tiles = math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM)
+    tiles = cdiv(columns, tile.BN) * cdiv(rows, tile.BM)
     places = sm_count() * resident_blocks(tile)  # blocks resident at once
-    filled = tiles / (math.ceil(tiles / places) * places)  # the fraction of the waves' places in use
-    if filled >= 1 - MIN_GAIN or math.ceil(depth / tile.BK) < 2 * MIN_STEPS_PER_BLOCK:
+    filled = tiles / (cdiv(tiles, places) * places)  # the fraction of the waves' places in use
+    if filled >= 1 - MIN_GAIN or cdiv(depth, tile.BK) < 2 * MIN_STEPS_PER_BLOCK:
         return 1
     return "stream"
 
 
 def grid_blocks(tile, rows, columns, depth, splits):
     """How many blocks share the tiles x steps iterations for this `splits`."""
-    tiles, steps = math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM), math.ceil(depth / tile.BK)
+    tiles, steps = cdiv(columns, tile.BN) * cdiv(rows, tile.BM), cdiv(depth, tile.BK)
     if splits == "stream":
-        return min(sm_count() * resident_blocks(tile), math.ceil(tiles * steps / MIN_STEPS_PER_BLOCK))
+        return min(sm_count() * resident_blocks(tile), cdiv(tiles * steps, MIN_STEPS_PER_BLOCK))
     return tiles * splits
 
 
@@ -120,12 +119,12 @@ def launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0)
     elif splits != "stream" and (not isinstance(splits, (int, np.integer)) or not 1 <= splits <= MAX_SPLITS):
         raise ValueError(f'splits must be an int from 1 to {MAX_SPLITS} or "stream", not {splits!r}')
     blocks = grid_blocks(tile, rows, columns, depth, splits)
-    steps = math.ceil(depth / tile.BK)
-    share = math.ceil(math.ceil(columns / tile.BN) * math.ceil(rows / tile.BM) * steps / blocks)
+    steps = cdiv(depth, tile.BK)
+    share = cdiv(cdiv(columns, tile.BN) * cdiv(rows, tile.BM) * steps, blocks)
     entries = ()
     if share % steps:  # some tile's depth is shared between blocks: their partial sums add up in c
         flat = c3.reshape(-1)
-        entries += (launches.launch(zero_kernel, min(sm_count() * 8, math.ceil(flat.size / 256)), 256, (flat,),
+        entries += (launches.launch(zero_kernel, min(sm_count() * 8, cdiv(flat.size, 256)), 256, (flat,),
                                     stream=stream),)
     return (*entries, launches.launch(kernel, blocks, tile.threads, (*args, c3), stream=stream))
 

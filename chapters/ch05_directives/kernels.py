@@ -15,7 +15,6 @@ Pixel rules (the NumPy references below are the definition):
             outside the image the edge pixel is repeated (clamp-to-edge), so a 1x1 image blurs to itself.
 """
 
-import math
 
 import numpy as np
 from numba import cuda, uint8, vectorize
@@ -23,7 +22,7 @@ from numba import cuda, uint8, vectorize
 from workbook import ON_GPU
 from workbook.host import by_rows
 from workbook.inputs import require, sm_count
-from workbook.launch import LaunchCache, TensorCalls
+from workbook.launch import LaunchCache, TensorCalls, cdiv
 
 THREADS_PER_BLOCK = 256  # 1-D kernels (merge)
 BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, the most an H100 SM holds at once
@@ -210,12 +209,12 @@ def blur_tile_kernel(src, dst, src_row0, dst_row0):
 
 def merge_blocks(n):
     # Enough blocks to fill every SM, never more than the data needs.
-    return max(1, min(sm_count() * BLOCKS_PER_SM, math.ceil(n / THREADS_PER_BLOCK)))
+    return max(1, min(sm_count() * BLOCKS_PER_SM, cdiv(n, THREADS_PER_BLOCK)))
 
 
 def blur_grid(height, width, tiled):
     rows_per_block = TILE_Y if tiled else BLOCK_Y
-    return (max(1, math.ceil(width / BLOCK_X)), max(1, math.ceil(height / rows_per_block)))
+    return (max(1, cdiv(width, BLOCK_X)), max(1, cdiv(height, rows_per_block)))
 
 
 BLUR_KERNELS = {"2d": blur_2d_kernel, "tile": blur_tile_kernel}

@@ -5,7 +5,6 @@ In numba's simulator streams, events and pinned memory exist but everything runs
 and events carry no time, so the timeline there uses the host clock and shows the work in series.
 """
 
-import math
 import time
 
 import numpy as np
@@ -14,7 +13,7 @@ from numba.cuda.cudadrv import driver  # the simulator has the same two copy fun
 
 from workbook import ON_GPU
 from workbook.inputs import require
-from workbook.launch import PreparedLaunch, StepGraph, stream_handle
+from workbook.launch import PreparedLaunch, StepGraph, cdiv, stream_handle
 
 from . import kernels as k
 
@@ -132,7 +131,7 @@ class Pipeline:
         if blocks > height:
             raise ValueError(f"cannot cut {height} rows into {blocks} blocks")
         self.shape, self.variant = (height, width), variant
-        block_rows = math.ceil(height / blocks)
+        block_rows = cdiv(height, blocks)
         streams = min(streams, blocks)
         self.streams = [cuda.stream() for _ in range(streams)]
         # Per stream, reused by every block of that stream (work in one stream runs in order).

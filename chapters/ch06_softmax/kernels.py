@@ -24,13 +24,12 @@ Logits are float32 or float16 (arithmetic in float32); targets int32 or int64. E
 what the chapter shows and what tests/test_ch06_softmax.py tests.
 """
 
-import math
 from functools import lru_cache
 
 import numpy as np
 
 from workbook.inputs import require, sm_count
-from workbook.launch import LaunchCache, PreparedLaunch, TensorCalls
+from workbook.launch import LaunchCache, PreparedLaunch, TensorCalls, cdiv
 from workbook.memory import aligned, per16
 
 from .common import (FULL_MASK, LOGIT_DTYPES, MAX_WARPS, MAX_WAVES, NAIVE_THREADS, NAN, NEG_INF, ONE, ROW_THREADS,
@@ -63,7 +62,7 @@ def _rows_args(x, name="x"):
 def _blocks(rows, rows_per_block):
     """One row group per row up to sm_count() * MAX_WAVES blocks (the block scheduler balances the
     waves); past that, the kernels' row loops stride over the rest."""
-    return max(1, min(math.ceil(rows / rows_per_block), sm_count() * MAX_WAVES))
+    return max(1, min(cdiv(rows, rows_per_block), sm_count() * MAX_WAVES))
 
 
 def _width(ncols, *arrays):
@@ -84,7 +83,7 @@ def _row_plan(name, rows, ncols, width=1):
 
 
 def _naive_blocks(rows):
-    return max(1, math.ceil(rows / NAIVE_THREADS))
+    return max(1, cdiv(rows, NAIVE_THREADS))
 
 
 def _softmax_args(x, out):
@@ -138,7 +137,7 @@ def _softmax_plan(x, out, registers, wide):
         # 16-byte: ~72 registers (4x fewer loads, addresses and predicates to keep), so an SM holds
         # 3x more warps and a grid sized to the data (a warp per row) is faster (measured).
         per_sm = WARP_ROW_BLOCKS_PER_SM if width == 1 else MAX_WAVES
-        blocks = max(1, min(math.ceil(rows / 4), sm_count() * per_sm))
+        blocks = max(1, min(cdiv(rows, 4), sm_count() * per_sm))
         return kernel, blocks, threads_per_block
     return _row_plan("softmax", rows, ncols, width)
 

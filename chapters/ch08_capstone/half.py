@@ -14,13 +14,12 @@
 Every kernel here is what the notebook shows and what tests/test_ch08_mixed.py tests.
 """
 
-import math
 
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
 from workbook.inputs import require, sm_count
-from workbook.launch import LaunchCache
+from workbook.launch import LaunchCache, cdiv
 from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4_trans, mma_f16
 
 from chapters.ch04_implicit_gemm.kernels import conv_geometry
@@ -33,7 +32,7 @@ _launches = LaunchCache()  # a step calls these wrappers with the same buffers e
 
 def padded(channels):
     """Channels rounded up to a whole number of 16-byte chunks of float16."""
-    return -(-channels // CHUNK) * CHUNK
+    return cdiv(channels, CHUNK) * CHUNK
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,7 +73,7 @@ def to_half(src, dst, *, stream=0):
         raise ValueError(f"dst must be ({N}, {HW}, Cp >= {C}) for src {tuple(src.shape)}, not {tuple(dst.shape)}")
     if N > MAX_IMAGES:
         raise ValueError(f"to_half takes at most {MAX_IMAGES} images a call (one per blockIdx.z), not {N}")
-    blocks = (math.ceil(HW / TILE), math.ceil(dst.shape[2] / TILE), N)
+    blocks = (cdiv(HW, TILE), cdiv(dst.shape[2], TILE), N)
     _launches.launch(to_half_kernel, blocks, (TILE, ROWS), (src, dst), stream=stream)
     return dst
 
@@ -290,9 +289,9 @@ def wgrad_half_kernel(x, dy, dw, H, W, Cp, PQ, Q, sh, sw, ph, pw, dh, dv, Kp):
 
 def wgrad_half_slices(g, Kp, Cp):
     """Depth slices: about BLOCKS_PER_SM blocks per SM in all, at least one step each."""
-    tiles = math.ceil(Kp / BM) * math.ceil(g.R * g.S * Cp / BN)
-    steps = math.ceil(g.N * g.P * g.Q / BK)
-    return max(1, min(steps, math.ceil(sm_count() * BLOCKS_PER_SM / tiles)))
+    tiles = cdiv(Kp, BM) * cdiv(g.R * g.S * Cp, BN)
+    steps = cdiv(g.N * g.P * g.Q, BK)
+    return max(1, min(steps, cdiv(sm_count() * BLOCKS_PER_SM, tiles)))
 
 
 def wgrad_half(x16, dy16, dw, *, stride=1, padding=0, dilation=1, slices=None, stream=0):
@@ -316,7 +315,7 @@ def wgrad_half(x16, dy16, dw, *, stride=1, padding=0, dilation=1, slices=None, s
     slices = wgrad_half_slices(g, Kp, Cp) if slices is None else slices
     if not isinstance(slices, (int, np.integer)) or slices < 1:
         raise ValueError(f"slices must be a positive int, not {slices!r}")
-    blocks = (math.ceil(R * S * Cp / BN), math.ceil(Kp / BM), int(slices))
+    blocks = (cdiv(R * S * Cp, BN), cdiv(Kp, BM), int(slices))
     _launches.launch(wgrad_half_kernel, blocks, WGRAD_THREADS,
                      (x16.reshape(-1), dy16.reshape(-1), dw, H, W, Cp, g.P * g.Q, g.Q, g.sh, g.sw, g.ph, g.pw, g.dh,
                       g.dw, Kp), stream=stream)

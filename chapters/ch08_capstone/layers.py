@@ -23,7 +23,7 @@ from numba import cuda, float32
 
 from workbook import ON_GPU
 from workbook.inputs import require, sm_count
-from workbook.launch import LaunchCache
+from workbook.launch import LaunchCache, cdiv
 
 from chapters.ch04_implicit_gemm.kernels import (column_origin, conv2d_implicit, conv_geometry, device_offset_table,
                                                  gemm, zero_kernel)
@@ -49,7 +49,7 @@ def workspace(name, shape, dtype=np.float32):
 
 
 def _elementwise_blocks(n):
-    return max(1, min(math.ceil(n / THREADS), sm_count() * 8))
+    return max(1, min(cdiv(n, THREADS), sm_count() * 8))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,9 +213,9 @@ wgrad_kernel = _make_wgrad_kernel(WGRAD)
 def wgrad_slices(g, tile=WGRAD):
     """Depth slices for the weight gradient of geometry g: enough blocks to give every SM
     WGRAD_BLOCKS_PER_SM of them, at least one depth step per slice."""
-    tiles = math.ceil(g.K / tile.BM) * math.ceil(g.gemm_depth / tile.BN)
-    steps = math.ceil(g.N * g.P * g.Q / tile.BK)
-    return max(1, min(steps, math.ceil(sm_count() * WGRAD_BLOCKS_PER_SM / tiles)))
+    tiles = cdiv(g.K, tile.BM) * cdiv(g.gemm_depth, tile.BN)
+    steps = cdiv(g.N * g.P * g.Q, tile.BK)
+    return max(1, min(steps, cdiv(sm_count() * WGRAD_BLOCKS_PER_SM, tiles)))
 
 
 def conv2d_wgrad(x, dy, dw, *, stride=1, padding=0, dilation=1, slices=None, stream=0):
@@ -234,7 +234,7 @@ def conv2d_wgrad(x, dy, dw, *, stride=1, padding=0, dilation=1, slices=None, str
     dw2 = dw.reshape(g.K, g.gemm_depth)
     if slices > 1:
         zero(dw, stream=stream)
-    blocks = (math.ceil(g.gemm_depth / WGRAD.BN), math.ceil(g.K / WGRAD.BM), int(slices))
+    blocks = (cdiv(g.gemm_depth, WGRAD.BN), cdiv(g.K, WGRAD.BM), int(slices))
     _launches.launch(wgrad_kernel, blocks, wgrad_kernel.threads,
                      (x.reshape(-1), dy.reshape(-1), device_offset_table(g), g.H, g.W, g.C * g.H * g.W, g.P * g.Q, g.Q,
                       g.sh, g.sw, g.ph, g.pw, dw2), stream=stream)
@@ -282,7 +282,7 @@ def global_avg_pool(x, out, *, stream=0):
     """out[n, c] = mean of x[n, c, :, :]; x float32 (N, C, H, W), out float32 (N, C)."""
     planes, flat = _pool_args(x, out)
     warps_per_block = THREADS // 32
-    blocks = max(1, min(math.ceil(planes.shape[0] / warps_per_block), sm_count() * 16))
+    blocks = max(1, min(cdiv(planes.shape[0], warps_per_block), sm_count() * 16))
     _launches.launch(global_avg_pool_kernel, blocks, THREADS, (planes, flat), stream=stream)
     return out
 
@@ -330,7 +330,7 @@ def transpose(a, at, *, stream=0):
     """at = a.T for a float32 (rows, cols) device matrix."""
     a = require(a, "a", dtype=np.float32, ndim=2)
     at = require(at, "at", dtype=np.float32, shape=a.shape[::-1])
-    blocks = (math.ceil(a.shape[1] / TRANSPOSE_TILE), math.ceil(a.shape[0] / TRANSPOSE_TILE))
+    blocks = (cdiv(a.shape[1], TRANSPOSE_TILE), cdiv(a.shape[0], TRANSPOSE_TILE))
     _launches.launch(transpose_kernel, blocks, (TRANSPOSE_TILE, TRANSPOSE_ROWS), (a, at), stream=stream)
     return at
 
@@ -368,7 +368,7 @@ def column_sum(a, total, *, stream=0):
     """total (O,) = a (B, O) summed over its rows; float32."""
     a = require(a, "a", dtype=np.float32, ndim=2)
     total = require(total, "total", dtype=np.float32, shape=(a.shape[1],))
-    _launches.launch(column_sum_kernel, max(1, math.ceil(total.size * 32 / THREADS)), THREADS, (a, total),
+    _launches.launch(column_sum_kernel, max(1, cdiv(total.size * 32, THREADS)), THREADS, (a, total),
                      stream=stream)
     return total
 

@@ -22,7 +22,7 @@ import numpy as np
 from numba import cuda
 
 from workbook import capability
-from workbook.launch import LaunchCache
+from workbook.launch import LaunchCache, cdiv
 
 from chapters.ch03_amp_unscale.kernels import DynamicLossScaler, GradientList, unscale_fused, update_scale
 from chapters.ch09_tensor_cores import kernels as tc
@@ -123,7 +123,7 @@ class MixedNetwork(Network):
         """The float32 masters, cast for this step's multiplies (one launch)."""
         p, w = self.params, self.width
         # a thread per element of the largest array: each array's grid-stride loop is one trip
-        _launches.launch(half_weights_kernel, -(-self.w16[2].size // layers.THREADS), layers.THREADS,
+        _launches.launch(half_weights_kernel, cdiv(self.w16[2].size, layers.THREADS), layers.THREADS,
                          (p["conv1"], p["conv2"], p["conv3"], p["fc.wt"], self.w16[1], self.w16[2], self.w16[3],
                           self.wt16[2], self.wt16[3], self.fc16.reshape(w, CLASSES), self.fc16_t.reshape(CLASSES, w)),
                          stream=stream)

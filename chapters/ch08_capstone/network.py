@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda
 
 from workbook import ON_GPU
-from workbook.launch import StepGraph
+from workbook.launch import StepGraph, cdiv
 from workbook.timeline import span
 
 from chapters.ch01_relu_mask import batchnorm as bn
@@ -107,7 +107,7 @@ class FlatBuffer:
         self.offsets, total = {}, 0
         for name, shape in shapes.items():
             self.offsets[name] = (total, shape)
-            total += -(-math.prod(shape) // ALIGN) * ALIGN
+            total += cdiv(math.prod(shape), ALIGN) * ALIGN
         host = np.zeros(total, np.float32)
         for name, value in (values or {}).items():
             start, shape = self.offsets[name]
@@ -167,7 +167,7 @@ class Network:
         self.mask = {i: zeros((b, w, bn.plane_words(*hw)), np.uint32) for i in (1, 2, 3)}
         self.saved = {i: zeros((2, w), np.float64) for i in (1, 2, 3)}
         self.pooled, self.dropped = zeros((b, w)), zeros((b, w))
-        self.drop_mask = zeros(-(-(b * w) // 32), np.uint32)
+        self.drop_mask = zeros(cdiv(b * w, 32), np.uint32)
         self.logits, self.losses, self.lse, self.loss = zeros((b, CLASSES)), zeros(b), zeros(b), zeros(1)
         self.d_logits, self.d_dropped, self.d_pooled = zeros((b, CLASSES)), zeros((b, w)), zeros((b, w))
         self.d_a = {i: zeros(planes) for i in (1, 2, 3)}

@@ -26,7 +26,7 @@ from numba import cuda, float32
 from workbook import ON_GPU, capability
 from workbook.barrier import counter_barrier, counter_leave
 from workbook.inputs import sm_count
-from workbook.launch import shared_memory_limit
+from workbook.launch import cdiv, shared_memory_limit
 from workbook.tensor_cores import fragment_coordinates, mma_f16, pack_f16x2
 
 from .fused import FusedLSTM
@@ -44,10 +44,10 @@ def geometry(hidden, units, layers):
     """(MT, XP, KT, KSW): the block's m-tiles (16 gate rows each), the width of the input part of
     K (0 for one layer alone), the k-steps of 16 in all and those a warp takes."""
     mt = -(-4 * units // 16)
-    hp = 16 * -(-hidden // 16)  # each part padded to whole k-steps with zeros
+    hp = 16 * cdiv(hidden, 16)  # each part padded to whole k-steps with zeros
     xp = hp if layers > 1 else 0
     kt = (xp + hp) // 16
-    return mt, xp, kt, -(-kt // WARPS)
+    return mt, xp, kt, cdiv(kt, WARPS)
 
 
 def shared_words(hidden, units, layers, nt):
@@ -75,7 +75,7 @@ def fragments(weights, units, blocks_per_layer):
     multiple of 16; the first layer's W_ih part is zeros (its input term is the hoisted GEMM's)."""
     layers, hidden = len(weights), weights[0]["w_hh"].shape[1]
     mt, xp, _, ksw = geometry(hidden, units, layers)
-    hp, kp = 16 * -(-hidden // 16), 16 * ksw * WARPS
+    hp, kp = 16 * cdiv(hidden, 16), 16 * ksw * WARPS
     a = fragment_coordinates("f16")["a"]  # (32 lanes, 4 registers, (row, column))
     out = np.zeros((layers * blocks_per_layer, ksw * WARPS, mt, 4, 32), np.uint32)
     for layer, w in enumerate(weights):
@@ -272,8 +272,8 @@ class HalfLSTM(FusedLSTM):
         resident = sm_count() if blocks is None else blocks  # one block an SM
         if resident < L:
             raise ValueError(f"{L} layers need at least {L} blocks, one a layer; {resident} given")
-        self.units = -(-H // (resident // L))
-        per_layer = -(-H // self.units)
+        self.units = cdiv(H, resident // L)
+        per_layer = cdiv(H, self.units)
         self.blocks = L * per_layer
         if n_tiles(H, self.units, L, 1) == 0:
             raise ValueError(f"hidden size {H} over {per_layer} blocks a layer gives each block {self.units} units: "

@@ -9,6 +9,7 @@ import numpy as np
 from numba import cuda, float32
 
 from workbook.inputs import require
+from workbook.launch import cdiv
 
 ONE = float32(1.0)
 
@@ -64,7 +65,7 @@ class LSTM:
         h_n, c_n = self._buffer("h_n", state_shape, stream), self._buffer("c_n", state_shape, stream)
         for name, given, out in (("h0", h0, h_n), ("c0", c0, c_n)):
             if given is None:  # zeros; each layer reads its slice, then overwrites it
-                zero_kernel[-(-out.size // 256), 256, stream](out.reshape(-1))
+                zero_kernel[cdiv(out.size, 256), 256, stream](out.reshape(-1))
             else:
                 out.copy_to_device(require(given, name, dtype=np.float32, shape=state_shape), stream=stream)
         return self._layers(x, h_n, c_n, stream), h_n, c_n

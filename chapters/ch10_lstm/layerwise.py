@@ -25,7 +25,7 @@ from numba import cuda, float32
 from workbook import ON_GPU
 from workbook.barrier import counter_barrier, counter_leave
 from workbook.inputs import sm_count
-from workbook.launch import shared_memory_limit
+from workbook.launch import cdiv, shared_memory_limit
 
 from .fused import FusedLSTM
 from .layer import lstm_cell
@@ -44,7 +44,7 @@ def tiling(hidden, units, chunk):
     tb = min(MAX_TB, chunk)
     tiles = units * (chunk // tb)
     ksplit = THREADS // tiles
-    kpt = -(-hidden // ksplit) if ksplit else 0
+    kpt = cdiv(hidden, ksplit) if ksplit else 0
     kp, pitch = kpt * ksplit, chunk + 1
     return tb, ksplit, kpt, kp * 4 * units + max(kp * pitch, ksplit * 4 * units * pitch)
 
@@ -73,8 +73,8 @@ def make_layer_kernel(H, U, BC):
     WS = KP * R  # W_hh's words (w_s[k * R + r]); h_s (and then the partial sums) after them
     CPT = -(-U * BC // THREADS)  # cells a thread computes a chunk
     KW = min(THREADS, KP)  # staging h_{t-1}: thread tid takes k = tid % KW + kk * KW and rows tid // KW + p * RP
-    RP, KREP = THREADS // KW, -(-KP // KW)
-    BREP = ROUND * -(-BC // (RP * ROUND))  # rows a thread stages, in whole rounds
+    RP, KREP = THREADS // KW, cdiv(KP, KW)
+    BREP = ROUND * cdiv(BC, RP * ROUND)  # rows a thread stages, in whole rounds
     EXACT = THREADS == RP * KW and BREP * RP == BC and KREP * KW == KP  # the staging covers h_s exactly
     UNROLL = 4 if KPT % 4 == 0 else 1
     SUMS, INPUTS = 4 * TB, 4 * CPT  # local arrays' sizes: plain names, which numba reads as constants
@@ -214,8 +214,8 @@ class LayerwiseLSTM(FusedLSTM):
         self.w_hh = [cuda.to_device(w["w_hh"]) for w in weights]
         self.counter = cuda.to_device(np.zeros(2, np.uint64))  # the grid barrier's; each launch leaves it at zero
         resident = sm_count() if blocks is None else blocks  # one block an SM
-        self.units = -(-H // resident)
-        self.blocks = -(-H // self.units)
+        self.units = cdiv(H, resident)
+        self.blocks = cdiv(H, self.units)
         if batch_chunk(H, self.units, 1) == 0:
             raise ValueError(f"hidden size {H} over {self.blocks} blocks gives each block {self.units} units: "
                              f"more than its {THREADS} threads or than the {shared_memory_limit()} bytes of "

@@ -15,7 +15,7 @@ from numba import cuda, float32
 
 from workbook import ON_GPU
 from workbook.inputs import sm_count
-from workbook.launch import cooperative_launch
+from workbook.launch import cdiv, cooperative_launch
 
 from .fused import FusedLSTM
 from .layer import lstm_cell
@@ -97,8 +97,8 @@ class PersistentLSTM(FusedLSTM):
         self.w_hh = [cuda.to_device(w["w_hh"]) for w in weights]
         H = self.hidden
         resident = sm_count() if blocks is None else blocks  # one block an SM: 8 warps, ~40 KB
-        self.units = -(-H // resident)
-        self.blocks = -(-H // self.units)
+        self.units = cdiv(H, resident)
+        self.blocks = cdiv(H, self.units)
         self.shared_bytes = 4 * shared_words(self.units, H)
         if self.shared_bytes > SHARED_LIMIT:
             raise ValueError(f"hidden size {H} over {self.blocks} blocks puts {self.units} units' weights "

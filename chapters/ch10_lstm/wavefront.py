@@ -32,7 +32,7 @@ from numba import cuda, float32
 from workbook import ON_GPU
 from workbook.barrier import counter_barrier, counter_leave
 from workbook.inputs import sm_count
-from workbook.launch import shared_memory_limit
+from workbook.launch import cdiv, shared_memory_limit
 
 from .fused import FusedLSTM
 from .layer import lstm_cell
@@ -52,7 +52,7 @@ def block_shape(hidden, units):
     per_warp = 4
     while per_warp * warps < rows:
         per_warp *= 2
-    return per_warp, 32 * -(-rows // per_warp)
+    return per_warp, 32 * cdiv(rows, per_warp)
 
 
 def shared_words(hidden, units, chunk, inputs=True):
@@ -60,7 +60,7 @@ def shared_words(hidden, units, chunk, inputs=True):
     side by side with its neighbours'), the chunk's h_{t-1} and inputs (rows padded to whole warps).
     inputs=False: a kernel of one layer, whose input term is the hoisted GEMM's: no W_ih, no inputs."""
     per_warp, threads = block_shape(hidden, units)
-    steps = -(-hidden // 32)
+    steps = cdiv(hidden, 32)
     if not inputs:
         return per_warp * steps * threads + chunk * 32 * steps
     in_registers = min(steps, W_IH_REGISTERS // per_warp) * per_warp
@@ -83,7 +83,7 @@ def make_wavefront_kernel(H, U, L, NB):
     """The wavefront kernel for hidden size H, U units a block, L layers, NB batch rows at a time."""
     RPW, THREADS = block_shape(H, U)
     UPW = RPW // 4  # units a warp owns: its row r is gate r % 4 of unit warp * UPW + r // 4
-    KPT = -(-H // 32)  # k values a lane takes of each row: k = m * 32 + lane
+    KPT = cdiv(H, 32)  # k values a lane takes of each row: k = m * 32 + lane
     KP = 32 * KPT  # h and input rows padded with zeros to whole warps
     PT = RPW * KPT  # weight values a thread holds of each matrix: value i = m * RPW + r
     INPUTS = L > 1  # layers past the first take their input on chip; one layer alone has the hoisted GEMM's
@@ -307,8 +307,8 @@ class WavefrontLSTM(FusedLSTM):
         resident = sm_count() if blocks is None else blocks  # one block an SM
         if resident < L:
             raise ValueError(f"{L} layers need at least {L} blocks, one a layer; {resident} given")
-        self.units = -(-H // (resident // L))
-        self.blocks = L * -(-H // self.units)
+        self.units = cdiv(H, resident // L)
+        self.blocks = L * cdiv(H, self.units)
         rows_per_warp, self.threads = block_shape(H, self.units)
         self.shared_bytes = 4 * shared_words(H, self.units, 1)
         limit = shared_memory_limit()

@@ -18,6 +18,7 @@ import numpy as np
 from numba import cuda, int32
 
 from workbook import ON_GPU
+from workbook.launch import cdiv
 
 from .reference import TAPS
 
@@ -105,7 +106,7 @@ def group_by_mask(masks, stream=0):
     counts = cuda.to_device(np.zeros(BUCKETS, np.int32), stream=stream)
     starts = cuda.device_array(BUCKETS, np.int32, stream=stream)
     order = cuda.device_array(n, np.int32, stream=stream)
-    blocks = max(1, -(-n // THREADS))
+    blocks = max(1, cdiv(n, THREADS))
     histogram_kernel[blocks, THREADS, stream](masks, counts)
     scan_kernel[1, SCAN_THREADS, stream](counts, starts)
     scatter_kernel[blocks, THREADS, stream](masks, starts, order)
@@ -127,7 +128,7 @@ def row_order(masks, rows, group=True, stream=0, grouped=None):
     already made (onelaunch.MapBuilder), checked to be in tiles of `rows`."""
     if grouped is not None:
         order, tiles = grouped
-        if tiles.shape[0] != -(-order.shape[0] // rows):
+        if tiles.shape[0] != cdiv(order.shape[0], rows):
             raise ValueError(f"grouped: {tiles.shape[0]} tile masks for {order.shape[0]} rows: made for tiles "
                              f"of another size than this kernel's {rows} rows")
         return order, tiles
@@ -138,7 +139,7 @@ def row_order(masks, rows, group=True, stream=0, grouped=None):
 
 def tile_masks(masks, order, rows, stream=0):
     """The OR of each `rows` consecutive rows' masks in `order` (device arrays in and out)."""
-    tiles = max(1, -(-order.shape[0] // rows))
+    tiles = max(1, cdiv(order.shape[0], rows))
     out = cuda.to_device(np.zeros(tiles, np.int32), stream=stream)
-    tile_masks_kernel[max(1, -(-order.shape[0] // THREADS)), THREADS, stream](masks, order, rows, out)
+    tile_masks_kernel[max(1, cdiv(order.shape[0], THREADS)), THREADS, stream](masks, order, rows, out)
     return out

@@ -17,6 +17,7 @@ from numba import cuda, float32, int32
 
 from workbook import ON_GPU
 from workbook.memory import aligned, load4, shared_load4, shared_store4, store4
+from workbook.launch import cdiv
 
 from . import grouping
 from .grouping import next_tap
@@ -154,6 +155,6 @@ class ImplicitGemm:
         x, w, out = check_layer(x, w, out, self.inputs, self.neighbours.shape[0])
         N, K = out.shape
         wide = x.shape[1] % 4 == 0 and K % 4 == 0 and aligned(x) and aligned(w) and aligned(out)
-        implicit_kernel[(-(-N // BM), -(-K // BN)), THREADS, stream](x, w, self.neighbours, self.order,
+        implicit_kernel[(cdiv(N, BM), cdiv(K, BN)), THREADS, stream](x, w, self.neighbours, self.order,
                                                                      self.tile_masks, wide, out)
         return out

@@ -28,6 +28,7 @@ import numpy as np
 from numba import cuda
 
 from workbook.inputs import require
+from workbook.launch import cdiv
 
 from .reference import BITS, OFFSETS, TAPS
 
@@ -186,7 +187,7 @@ def rulebook_kernel(neighbours, counts, rule_in, rule_out):
 
 
 def _blocks(n):
-    return max(1, -(-n // THREADS))
+    return max(1, cdiv(n, THREADS))
 
 
 @dataclass

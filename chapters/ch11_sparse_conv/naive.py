@@ -11,6 +11,8 @@ after the other on one stream, so they never race either."""
 import numpy as np
 from numba import cuda
 
+from workbook.launch import cdiv
+
 from chapters.ch04_implicit_gemm.kernels import gemm
 
 from .maps import check_layer
@@ -46,7 +48,7 @@ def zero_kernel(out):
 
 
 def _grid(values):
-    return min(4096, max(1, -(-values // THREADS)))
+    return min(4096, max(1, cdiv(values, THREADS)))
 
 
 class GatherGemmScatter:

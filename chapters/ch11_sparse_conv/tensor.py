@@ -25,6 +25,7 @@ from workbook import ON_GPU, capability
 from workbook.inputs import require
 from workbook.memory import aligned
 from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_f16, swizzled_chunk_128
+from workbook.launch import cdiv
 
 from . import grouping
 from .grouping import next_tap
@@ -171,7 +172,7 @@ def to_half(x, w):
     x16 = cuda.to_device(np.ascontiguousarray(np.asarray(x, np.float32).astype(np.float16)))
     w16 = cuda.to_device(np.ascontiguousarray(np.asarray(w, np.float32).astype(np.float16)))
     wt16 = cuda.device_array((w16.shape[0], w16.shape[2], w16.shape[1]), np.float16)
-    transpose_weights_kernel[min(1024, -(-w16.size // 256)), 256](w16, wt16)
+    transpose_weights_kernel[min(1024, cdiv(w16.size, 256)), 256](w16, wt16)
     return x16, wt16
 
 
@@ -207,5 +208,5 @@ class TensorImplicitGemm:
         if wt16.shape[0] != TAPS:
             raise ValueError(f"wt16 has shape {tuple(wt16.shape)}, expected ({TAPS}, K, C)")
         out = require(out, "out", dtype=np.float32, shape=(m.neighbours.shape[0], K))
-        tensor_kernel[-(-out.shape[0] // BM), THREADS, stream](x16, wt16, m.neighbours, m.order, m.tile_masks, out)
+        tensor_kernel[cdiv(out.shape[0], BM), THREADS, stream](x16, wt16, m.neighbours, m.order, m.tile_masks, out)
         return out
