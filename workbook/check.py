@@ -15,6 +15,7 @@ bytes before the call, and an element that still holds them is named as never wr
 from dataclasses import dataclass
 
 import numpy as np
+
 from .launch import cdiv
 
 # (rtol, atol) by dtype: float32 leaves room for a different summation order in reductions.
