@@ -107,8 +107,10 @@ def make_schedule(tile):
 
 
 # Launches prepared once per set of buffers (chapter 07): the views and the ~20 arguments of a
-# convolution are typed and packed the first time only.
-launches = LaunchCache()
+# convolution are typed and packed the first time only. Room for thousands: a recurrent network
+# calls the GEMM on other views at every step (chapter 10's naive LSTM, 1,024 sets of buffers in
+# 32 steps of 4 layers), and a cache smaller than a forward's would prepare every call afresh.
+launches = LaunchCache(size=4096)
 
 
 def launch_gemm(kernel, tile, rows, columns, depth, splits, c3, *args, stream=0):

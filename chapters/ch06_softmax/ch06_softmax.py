@@ -187,22 +187,23 @@ def shape_case(rows, ncols, dtype, seed):
     return x, t, k.softmax_reference(x), k.cross_entropy_reference(x, t), k.cross_entropy_backward_reference(x, t)
 
 
-def check_shape(rows, ncols, dtype, seed):
+def check_shape(rows, ncols, dtype, seed, parts=("softmax", "cross-entropy", "backward")):
+    """The naive and the optimized wrapper of each of `parts` on one shape, against the references."""
     x, t, probabilities, expected, gradient = shape_case(rows, ncols, dtype, seed)
     d_x, d_t = cuda.to_device(x), cuda.to_device(t)
     # float32: the naive kernel adds up to 32000 exps one after another, and such a sum drifts
     # by ~1e-4 relative; the warp and block kernels add in a tree and stay near 1e-6.
     tol = dict(rtol=1e-4 if ncols <= 1025 else 1e-3, atol=1e-6) if dtype == np.float32 else {}
-    for softmax in (k.softmax_naive, k.softmax):
+    for softmax in (k.softmax_naive, k.softmax) if "softmax" in parts else ():
         out = softmax(d_x, cuda.device_array_like(d_x))
         workbook.assert_close(out, probabilities, name=f"{softmax.__name__} {rows}x{ncols}", **tol)
-    for forward in (k.cross_entropy_naive, k.cross_entropy):
+    for forward in (k.cross_entropy_naive, k.cross_entropy) if "cross-entropy" in parts else ():
         got = forward(d_x, d_t, cuda.device_array(rows, np.float32), cuda.device_array(rows, np.float32),
                       cuda.device_array(1, np.float32))
         for out, ref, what in zip(got, expected, ("mean", "loss", "lse")):
             workbook.assert_close(out, ref, rtol=1e-4, atol=1e-5, name=f"{forward.__name__} {what}")
     d_lse = cuda.to_device(expected[2])
-    for backward in (k.cross_entropy_backward_naive, k.cross_entropy_backward):
+    for backward in (k.cross_entropy_backward_naive, k.cross_entropy_backward) if "backward" in parts else ():
         grad = backward(d_x, d_t, d_lse, cuda.device_array_like(d_x))
         workbook.assert_close(grad, gradient, name=backward.__name__, **tol)
 
@@ -211,7 +212,9 @@ def check_shape(rows, ncols, dtype, seed):
 # that take its other code paths: 33 and 1025 columns (element by element), 32000 (a block per row).
 cases = [(rows, ncols, dtype, seed) for seed, (rows, ncols) in enumerate(shapes) for dtype in (np.float32, np.float16)
          if dtype == np.float32 or workbook.ON_GPU or ncols in (33, 1025, 32000)]
-workbook.warm_up([lambda case=case: check_shape(*case) for case in cases])  # a GPU compiles their kernels side by side
+# a GPU compiles their kernels side by side, each case's three parts apart
+workbook.warm_up([lambda case=case, part=part: check_shape(*case, parts=(part,))
+                  for case in cases for part in ("softmax", "cross-entropy", "backward")])
 for case in cases:
     check_shape(*case)
 shape_case.cache_clear()  # their inputs and references are not needed again

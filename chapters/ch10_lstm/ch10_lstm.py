@@ -350,13 +350,13 @@ for batch in BATCHES:
     comparisons[batch] = chapter.compare(
         f"LSTM forward, batch {batch}", variants, baselines=baselines, flops=flops,
         reference=lambda batch=batch: reference(batch), check=check,
-        size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=15)
+        size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=9)
     if net_half is not None:
         comparisons_fp16[batch] = chapter.compare(
             f"LSTM forward in FP16, batch {batch}", {_half: lambda: net_half(d_x, d_h0, d_c0)},
             baselines=baselines_fp16, flops=flops, check=check_fp16,
             reference=lambda batch=batch: reference(batch, fp16=True),
-            size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=15)
+            size=f"T={STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={batch}", repeats=9)
 
 # %%
 if workbook.ON_GPU:

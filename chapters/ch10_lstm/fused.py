@@ -45,9 +45,10 @@ class FusedLSTM(LSTM):
     def input_terms(self, layer, x, stream=0):
         """x_t @ W_ih^T for every t at once: (T*B, I) @ (I, 4H), viewed as (T, B, 4H)."""
         T, B, I = x.shape
-        terms = self._buffer("x terms", (T * B, 4 * self.hidden), stream)
-        gemm(x.reshape(T * B, I), self.w_ih_t[layer], terms, tile=INPUT_TILE, stream=stream)
-        return terms.reshape(T, B, 4 * self.hidden)
+        terms = self._buffer("x terms", (T, B, 4 * self.hidden), stream)
+        gemm(x.reshape(T * B, I), self.w_ih_t[layer], terms.reshape(T * B, 4 * self.hidden), tile=INPUT_TILE,
+             stream=stream)
+        return terms
 
     def _layer(self, layer, x, h, c, y, stream):
         T, B, _ = x.shape
@@ -55,9 +56,10 @@ class FusedLSTM(LSTM):
             x_terms = self.input_terms(layer, x, stream)
         h_terms = self._buffer("h terms", (B, 4 * self.hidden), stream)
         blocks = min(-(-B * self.hidden // THREADS), 1024)
+        x_steps, ys = self._steps(x_terms), self._steps(y)
         for t in range(T):
             with span(f"step {t}"):
                 # splits=1: one launch (stream-K, the wrapper's choice for so few rows, adds a zeroing one)
-                gemm(h if t == 0 else y[t - 1], self.w_hh_t[layer], h_terms, splits=1, stream=stream)
-                fused_cell_kernel[blocks, THREADS, stream](x_terms[t], h_terms, self.bias[layer], c, y[t])
+                gemm(h if t == 0 else ys[t - 1], self.w_hh_t[layer], h_terms, splits=1, stream=stream)
+                fused_cell_kernel[blocks, THREADS, stream](x_steps[t], h_terms, self.bias[layer], c, ys[t])
         h.copy_to_device(y[T - 1], stream=stream)

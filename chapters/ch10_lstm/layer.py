@@ -52,6 +52,7 @@ class LSTM:
                 require(w[name], f"layer {number} {name}", dtype=np.float32, shape=shape, device=False)
         self.bias = [cuda.to_device(w["b_ih"] + w["b_hh"]) for w in weights]
         self._workspaces = {}
+        self._views = {}
 
     def __call__(self, x, h0=None, c0=None, stream=0):
         """(y, h_n, c_n) for x (T, B, I) on the GPU; h0, c0 (L, B, H) or None (zeros)."""
@@ -87,6 +88,18 @@ class LSTM:
         if key not in self._workspaces:
             self._workspaces[key] = cuda.device_array(shape, np.float32, stream=stream)
         return self._workspaces[key]
+
+    def _steps(self, sequence):
+        """[sequence[t] for every t]: the steps of a (T, ...) device array as views. numba takes
+        tens of microseconds of host time to make a view, as long as a launch: the views of our own
+        buffers are made once and kept with them, those of an input at every call."""
+        kept = self._views.get(id(sequence))
+        if kept is not None and kept[0] is sequence:
+            return kept[1]
+        views = [sequence[t] for t in range(sequence.shape[0])]
+        if any(sequence is buffer for buffer in self._workspaces.values()):
+            self._views[id(sequence)] = (sequence, views)
+        return views
 
     def _layer(self, layer, x, h, c, y, stream):
         """One layer over the sequence: y[t] = h_t; h and c (B, H) hold the initial state and are

@@ -68,12 +68,13 @@ class NaiveLSTM(LSTM):
         h_term = [self._buffer(f"h term {q}", (B, H), stream) for q in GATES]
         act = [self._buffer(f"gate {q}", (B, H), stream) for q in GATES]
         blocks = min(-(-B * H // THREADS), 1024)
+        xs, ys = self._steps(x), self._steps(y)
         for t in range(T):
-            h_prev = h if t == 0 else y[t - 1]
+            h_prev = h if t == 0 else ys[t - 1]
             for q in range(4):
-                gemm(x[t], self.w_ih[layer][q], x_term[q], stream=stream)
+                gemm(xs[t], self.w_ih[layer][q], x_term[q], stream=stream)
                 gemm(h_prev, self.w_hh[layer][q], h_term[q], stream=stream)
                 gate_kernel[blocks, THREADS, stream](x_term[q], h_term[q], self.gate_bias[layer][q], q == 2, act[q])
             cell_kernel[blocks, THREADS, stream](act[0], act[1], act[2], c)
-            hidden_kernel[blocks, THREADS, stream](act[3], c, y[t])
+            hidden_kernel[blocks, THREADS, stream](act[3], c, ys[t])
         h.copy_to_device(y[T - 1], stream=stream)

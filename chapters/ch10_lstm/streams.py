@@ -57,20 +57,21 @@ class StreamsLSTM(FusedLSTM):
         step_inputs = [self._buffer(f"x terms of layer {layer}", (B, 4 * H), stream) for layer in range(L)]
         h_terms = [self._buffer(f"h terms of layer {layer}", (B, 4 * H), stream) for layer in range(L)]
         blocks = min(-(-B * H // THREADS), 1024)
+        x_steps, y_steps = self._steps(x_terms), [self._steps(y) for y in ys]
         for s in range(T + L - 1):
             for layer in range(L):
                 t, on = s - layer, self.streams[layer]
                 if not 0 <= t < T:
                     continue
                 if layer == 0:
-                    x_term = x_terms[t]
+                    x_term = x_steps[t]
                 else:
                     self._event(("h", layer - 1, t)).wait(on)  # the layer below has written its h_t
                     x_term = step_inputs[layer]
-                    gemm(ys[layer - 1][t], self.w_ih_t[layer], x_term, stream=on)
-                gemm(h_n[layer] if t == 0 else ys[layer][t - 1], self.w_hh_t[layer], h_terms[layer], stream=on)
+                    gemm(y_steps[layer - 1][t], self.w_ih_t[layer], x_term, stream=on)
+                gemm(h_n[layer] if t == 0 else y_steps[layer][t - 1], self.w_hh_t[layer], h_terms[layer], stream=on)
                 fused_cell_kernel[blocks, THREADS, on](x_term, h_terms[layer], self.bias[layer], c_n[layer],
-                                                       ys[layer][t])
+                                                       y_steps[layer][t])
                 if layer < L - 1:
                     self._event(("h", layer, t)).record(on)
         for layer, on in enumerate(self.streams):
