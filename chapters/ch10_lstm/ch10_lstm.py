@@ -268,8 +268,8 @@ def cudnn_call(lstm, *inputs):
 # ## Every variant against cuDNN
 #
 # The whole forward (every layer, every step) from the same inputs, checked against the float64
-# reference, then timed with CUDA events. The naive and fused LSTMs take a second or more a forward
-# at the book's sizes, at any batch (their time is their launches'), so they are compared first,
+# reference, then timed with CUDA events. The naive and fused LSTMs make thousands of launches a
+# forward at the book's sizes, at any batch (their time is their launches'), so they are compared first,
 # over the first steps of the sequence at batch 64 (every step is the same work: their ratio is the
 # whole forward's), with the persistent kernel beside them; the streams LSTM is timed as its graph's
 # replay (launched call by call, its time is its host's, like the fused one's).
