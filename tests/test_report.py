@@ -1,8 +1,10 @@
-"""The main job's summary in the simulator: the reference GPU's figures beside this run's checks."""
+"""The main job's summary in the simulator: the reference GPU's figures beside this run's checks; the
+notebooks it finds."""
 
 import io
 import json
 
+import pytest
 from rich.console import Console
 
 from workbook import report, results
@@ -42,3 +44,19 @@ def test_a_simulator_run_shows_no_table_without_figures(tmp_path, monkeypatch):
     assert "met fused vs naive [B=64]: 6 [5.9-6.1] (target >= 5)" in text
     assert "9 ms" not in text and "─" not in out.getvalue()  # no case tables: SUMMARY.md has them
     assert f"results/{results.REFERENCE_DEVICE}/SUMMARY.md" in text
+
+
+def test_a_chapter_in_parts_is_a_notebook_a_part():
+    """Chapter 09 is two notebooks, ch09a and ch09b, in one folder: asked for as ch09 (or by its
+    folder), it runs both; each is its own notebook id, and its modules are not notebooks."""
+    from workbook.report import chapter_of, chapter_scripts
+
+    every = chapter_scripts()
+    assert {"ch09a", "ch09b"} <= set(every) and "ch09" not in every
+    assert [p.name for p in chapter_scripts(["ch09"]).values()] == ["ch09a_mma_sync.py", "ch09b_wgmma_conv.py"]
+    assert list(chapter_scripts(["ch09_tensor_cores"])) == ["ch09a", "ch09b"]
+    assert list(chapter_scripts(["ch09b"])) == ["ch09b"]
+    assert list(chapter_scripts(["ch08"])) == ["ch08"] and chapter_of("ch09b") == "ch09"
+    assert all(p.parent.name.startswith(chapter_of(i)) for i, p in every.items())
+    with pytest.raises(SystemExit, match="no such chapter: ch09c"):
+        chapter_scripts(["ch09c"])

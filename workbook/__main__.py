@@ -129,7 +129,7 @@ def compile_kernels(args):
     if reason:
         console.print(f"[red]cannot compile here[/]: {reason}")
         return 2
-    wanted = list(report.chapter_scripts(args.chapters))
+    wanted = list(dict.fromkeys(map(report.chapter_of, report.chapter_scripts(args.chapters))))  # ch09, not ch09a
     log_dir = args.log
     if not log_dir:
         log_dir = tempfile.mkdtemp(prefix="workbook-compile-")

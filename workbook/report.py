@@ -2,6 +2,7 @@
 results (console and Markdown, results/README.md's bar table), and the table of kernels compiled for a GPU."""
 
 import json
+import re
 from pathlib import Path
 
 import workbook
@@ -13,18 +14,30 @@ README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
 def chapter_scripts(wanted=()):
-    """{chapter id: its notebook source chapters/chNN_name/chNN_name.py}, in order."""
-    found = {}
+    """{notebook id: its source}, in order. A chapter's folder chapters/chNN_name/ holds one notebook,
+    chNN_name.py (id chNN), or its parts chNNa_part.py, chNNb_part.py ... (ids chNNa, chNNb), each
+    a notebook of its own with its own results. `wanted`: ids or folder names (ch08, ch08_capstone,
+    capstone); a chapter's id or folder selects all its parts."""
+    found, matched = {}, set()
     for folder in sorted(CHAPTERS.glob("ch[0-9][0-9]_*")):
-        script = folder / f"{folder.name}.py"
         chapter_id = folder.name[:4]
-        if script.exists() and (not wanted or {chapter_id, folder.name, folder.name[5:]} & set(wanted)):
-            found[chapter_id] = script  # asked for as ch08, ch08_capstone or capstone
-    missing = set(wanted) - set(found) - {p.parent.name for p in found.values()} - {
-        p.parent.name[5:] for p in found.values()}
+        for script in sorted(folder.glob(f"{chapter_id}*_*.py")):
+            notebook_id = script.name.split("_", 1)[0]
+            if not re.fullmatch(rf"{chapter_id}[a-z]?", notebook_id):
+                continue
+            names = {chapter_id, notebook_id, folder.name, folder.name[5:]}
+            if not wanted or names & set(wanted):
+                found[notebook_id] = script
+                matched |= names
+    missing = set(wanted) - matched
     if missing:
         raise SystemExit(f"no such chapter: {', '.join(sorted(missing))}; have {', '.join(found)}")
     return found
+
+
+def chapter_of(notebook_id):
+    """The chapter a notebook id belongs to: ch09 for ch09a (its folder, tests and exercises)."""
+    return notebook_id[:4]
 
 
 
@@ -228,11 +241,13 @@ def module_kernels(chapter_ids, skip=("exercises",)):
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
     names = set()
-    for chapter_id, script in chapter_scripts(chapter_ids).items():
-        for path in sorted(script.parent.glob("*.py")):
-            if path.stem in ("checks", script.stem, "__init__", *skip):
+    scripts = chapter_scripts(chapter_ids).values()
+    notebooks = {script.stem for script in scripts}
+    for folder in dict.fromkeys(script.parent for script in scripts):  # a chapter's parts share a folder
+        for path in sorted(folder.glob("*.py")):
+            if path.stem in ("checks", "__init__", *notebooks, *skip):
                 continue
-            module = importlib.import_module(f"chapters.{script.parent.name}.{path.stem}")
+            module = importlib.import_module(f"chapters.{folder.name}.{path.stem}")
             for value in vars(module).values():
                 if isinstance(value, FakeCUDAKernel) and not value._device and \
                         value.fn.__module__ == module.__name__:

@@ -280,7 +280,7 @@ def run(chapters=(), how="auto", jobs=None):
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=console) as progress, ThreadPoolExecutor(max_workers=jobs) as pool:
         task = progress.add_task("chapters", total=len(scripts))
-        names = [script.parent.name for script in scripts.values()] + ["done"]
+        names = [script.stem for script in scripts.values()] + ["done"]
         progress.update(task, description=f"running {names[0]}")
         for index, (chapter_id, code, seconds) in enumerate(in_chapter_order(pool)):  # in chapter order
             script = scripts[chapter_id]
@@ -290,7 +290,7 @@ def run(chapters=(), how="auto", jobs=None):
                 _store_wall_time(out_dir / f"{chapter_id}.json", seconds, use_notebook, jobs,
                                  _cells_path(cells_dir.name, chapter_id))
             status = "[green]ok[/]" if code == 0 else f"[red]FAILED (exit {code})[/], see {log_path}"
-            progress.console.print(f"{script.parent.name}: {status} in {seconds:.0f} s"
+            progress.console.print(f"{script.stem}: {status} in {seconds:.0f} s"
                                    + _slowest_cells(_cells_path(cells_dir.name, chapter_id)))
             if code:
                 failed.append(chapter_id)

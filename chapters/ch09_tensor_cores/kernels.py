@@ -11,7 +11,7 @@ modules, in reading order:
                     A by B^T, made (and rounded) by a transpose kernel first
     conv.py         the convolution as an implicit GEMM on the pipelined kernel, channels last:
                     A's tile gathered from x by cp.async, 16 bytes of channels at a time
-    wgmma.py        an H100's own instruction: the GEMM (by B^T) and the convolution on wgmma, tiles
+    wgmma.py        Hopper's own instruction: the GEMM (by B^T) and the convolution on wgmma, tiles
                     in its 128-byte swizzle, read from shared memory by the tensor cores
 
 gemm() picks the kernel for the precision and the variant, checks the arguments and launches it;

@@ -12,30 +12,19 @@
 # ---
 
 # %% [markdown]
-# # Chapter 10 — The LSTM layer: from a GEMM per gate per step to a persistent kernel
+# # Chapter 10b — The LSTM layer: the wavefront, tiled steps and FP16, against cuDNN
 #
-# An LSTM reads a sequence one step at a time, and each step needs the last one's output: the
-# recurrence that makes it hard to keep a GPU busy. For each step t and each layer:
-#
-#     z   = x_t @ W_ih^T + h_{t-1} @ W_hh^T + b          (B, 4H): four gates side by side
-#     i, f, o = sigmoid(z_i), sigmoid(z_f), sigmoid(z_o);   g = tanh(z_g)
-#     c_t = f * c_{t-1} + i * g;     h_t = o * tanh(c_t)
-#
-# In this chapter you will learn
-# - why the LSTM "Learn CUDA Programming" builds from cuBLAS calls (a GEMM per gate per step, then
-#   element-wise kernels) spends its time launching, not computing;
-# - the rewrites of NVIDIA's "Optimizing Recurrent Neural Networks in cuDNN 5": the four gates as
-#   one GEMM, the input term of every step hoisted into one big GEMM, the cell fused into one kernel;
-# - Baidu's persistent RNN: one launch for the whole sequence, the recurrent weights kept in shared
-#   memory, and a grid-wide barrier (`cuda.cg.this_grid().sync()`) between steps;
+# Part a (`ch10a_launches.ipynb`) went from 14 launches a step a layer to one launch a layer: the
+# persistent kernel keeps W_hh in shared memory and meets the grid at a barrier between steps. It is
+# correct, and slow: a block multiplies a few batch rows at a time, and every layer waits for the
+# one below to finish its whole sequence. In this notebook you will learn
+# - the wavefront: every layer in one persistent kernel, layer l at step t - l, for a small batch;
 # - why a large batch wants the step as a tiled GEMM (chapter 04's register tiles) inside the
-#   persistent kernel, and a small batch every layer in one wavefront;
+#   persistent kernel instead;
 # - the layers on streams of their own, replayed as one CUDA graph;
 # - the wavefront's products on FP16 tensor cores (chapter 09's `mma.sync`), and what FP16 costs in
 #   accuracy;
-# - how these compare with cuDNN's LSTM (`torch.nn.LSTM`) at the book's sizes and at small batches;
-# - how to see where a step's time goes: named ranges, the host's launches and the GPU's kernels
-#   on one timeline.
+# - how these compare with cuDNN's LSTM (`torch.nn.LSTM`) at the book's sizes and at small batches.
 #
 # Every variant is checked against a float64 NumPy LSTM (`reference.py`). Without a GPU, the
 # simulator runs all of them on a small LSTM (its grid barrier included: the blocks of a
@@ -49,89 +38,17 @@
 import numpy as np
 
 import workbook
-from workbook import bench, cuda, host, timeline
+from workbook import bench, cuda, host
 
-from chapters.ch10_lstm import fused, half, layer, layerwise, naive, persistent, profiling, streams, wavefront
+from chapters.ch10_lstm import half, layerwise, persistent, streams, wavefront
 from chapters.ch10_lstm import reference as ref
+from chapters.ch10_lstm.comparing import (BATCHES, HIDDEN, INPUT, LAYERS, STEPS, atol, check, cudnn_call, inputs,
+                                          optional_cudnn, rtol, torch_lstm, weights)
 
 print(f"running on: {workbook.MODE}")
-chapter = workbook.Chapter("ch10", "The LSTM layer: per-gate GEMMs, fused steps, a persistent kernel")
-rng = np.random.default_rng(0)
-torch = bench.optional_torch()
-if torch is not None:  # float32 means float32 for cuDNN too: no TF32 tensor cores in its GEMMs
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-# the book's sizes on a GPU; a small LSTM with awkward sizes in the simulator
-STEPS = workbook.size(gpu=512, sim=3)
-HIDDEN = workbook.size(gpu=512, sim=33)
-INPUT = workbook.size(gpu=512, sim=7)
-LAYERS = workbook.size(gpu=4, sim=2)
-BATCHES = (1, 8, 64) if workbook.ON_GPU else (3,)
-# The naive and fused LSTMs against each other: the first SLOW_STEPS steps of the largest batch.
-# Every step is the same work, so their ratio is the whole forward's; at the book's 512 steps the
-# naive forward alone takes seconds a call, and a ratio of host-bound calls needs many rounds.
-SLOW_STEPS = workbook.size(gpu=32, sim=STEPS)
-
-weights = ref.init_lstm(INPUT, HIDDEN, LAYERS, seed=0)
-rtol, atol = ref.tolerance(HIDDEN, INPUT)
+chapter = workbook.Chapter("ch10b", "The LSTM layer: wavefront, tiled steps, streams and FP16 against cuDNN")
+torch = optional_cudnn()  # torch with TF32 off, or None
 print(f"T={STEPS} steps, I={INPUT}, H={HIDDEN}, {LAYERS} layers; tolerance rtol={rtol:g}, atol={atol:.2g}")
-
-
-def inputs(batch, seed=1):
-    """x (T, B, I), h0 and c0 (L, B, H): float32, on the host."""
-    r = np.random.default_rng(seed)
-    x = r.standard_normal((STEPS, batch, INPUT)).astype(np.float32)
-    h0, c0 = (0.5 * r.standard_normal((LAYERS, batch, HIDDEN))).astype(np.float32), \
-        (0.5 * r.standard_normal((LAYERS, batch, HIDDEN))).astype(np.float32)
-    return x, h0, c0
-
-
-def check(out, expected, name):
-    """One output (y, h_n or c_n) against the float64 reference's."""
-    workbook.assert_close(workbook.check.to_host(out), np.asarray(expected, np.float32), rtol=rtol, atol=atol,
-                          name=name)
-
-
-# %% [markdown]
-# ## Naive: the book's structure, made correct
-#
-# Per step and per gate, two GEMMs (chapter 04's, our cuBLAS) and an activation kernel, then the
-# cell and the hidden state: 14 launches a step a layer, 28,672 for the book's 512 steps and 4
-# layers. Each launch is a small B x H piece of work, and the input term, which depends on no earlier
-# step, is computed inside the loop anyway.
-
-# %%
-workbook.show(naive.NaiveLSTM._layer)
-workbook.show(naive.gate_kernel)
-
-# %% [markdown]
-# ## Fused: one GEMM for all steps' inputs, one for the gates, one kernel for the cell
-#
-# `x_t @ W_ih^T` for every t is one (T·B, I) @ (I, 4H) GEMM before the loop: large enough to fill
-# the GPU. What is left in the loop is the recurrence: one (B, H) @ (H, 4H) GEMM and one kernel
-# that adds the three terms, applies the four activations and updates c and h. Two launches a step.
-# The activations and the update are one device function, `lstm_cell`: every kernel from here on
-# ends its step with it, and differs only in where the gates' sums come from.
-
-# %%
-workbook.show(fused.FusedLSTM._layer)
-workbook.show(layer.lstm_cell)
-workbook.show(fused.fused_cell_kernel)
-
-# %% [markdown]
-# ## Persistent: the recurrent weights stay on chip
-#
-# Even fused, each step reads W_hh (4H x H floats, 4 MB at H = 512) from memory again and pays two
-# launches. A persistent kernel is launched once per layer: block k owns a few hidden units, copies
-# their four gates' rows of W_hh into shared memory *once*, and then runs every step: stage
-# h_{t-1}, a warp per weight row multiplies it (a shuffle reduction), a thread per unit applies the
-# cell, and the grid meets at `grid.sync()` before anyone reads h_t. The grid must be resident at
-# once, a block per SM: numba launches a kernel calling `cuda.cg.this_grid()` cooperatively and
-# `max_cooperative_grid_blocks` says how large it may be; the wrapper refuses more.
-
-# %%
-workbook.show(persistent.persistent_layer_kernel)
 
 # %% [markdown]
 # ## Wavefront: every layer in one persistent kernel
@@ -211,13 +128,8 @@ workbook.show(streams.StreamsLSTM._layers)
 workbook.show(half.make_half_kernel)
 
 # %%
-net_naive, net_fused = naive.NaiveLSTM(weights), fused.FusedLSTM(weights)
-net_persistent = persistent.PersistentLSTM(weights)
-print(f"persistent: {net_persistent.blocks} blocks of {persistent.THREADS} threads, {net_persistent.units} "
-      f"hidden units each, {net_persistent.shared_bytes} bytes of shared memory a block")
-w_hh_bytes = 4 * 4 * HIDDEN * HIDDEN
-traffic = {"layers": LAYERS, "fused: W_hh every step": STEPS * w_hh_bytes, "persistent: W_hh once": w_hh_bytes,
-           "steps": STEPS, "W_hh bytes": w_hh_bytes}
+net_persistent = persistent.PersistentLSTM(weights)  # part a's, beside the others
+traffic = {}
 try:
     net_wavefront = wavefront.WavefrontLSTM(weights, blocks=workbook.size(gpu=None, sim=4))  # a block an SM; 4 simulated
     print(f"wavefront: {net_wavefront.blocks} blocks of {net_wavefront.threads} threads ({LAYERS} layers side by "
@@ -244,35 +156,13 @@ except ValueError as why:  # a GPU with less shared memory than the weights need
     print(f"FP16 on tensor cores: not on this GPU: {why}")
 chapter.record("recurrent weight bytes read per layer", traffic)
 
-
-def torch_lstm(dtype=None):
-    """torch.nn.LSTM (cuDNN) with the same weights (dtype: torch.float16 for cuDNN's FP16 LSTM); any batch."""
-    lstm = torch.nn.LSTM(INPUT, HIDDEN, LAYERS).cuda()
-    with torch.no_grad():
-        for layer, w in enumerate(weights):
-            for name in ("w_ih", "w_hh", "b_ih", "b_hh"):
-                getattr(lstm, f"{name.replace('w_', 'weight_').replace('b_', 'bias_')}_l{layer}").copy_(
-                    torch.from_numpy(w[name]))
-    return lstm if dtype is None else lstm.to(dtype)
-
-
-def cudnn_call(lstm, *inputs):
-    def call():
-        with torch.no_grad():
-            y, (h, c) = lstm(inputs[0], inputs[1:])
-        return y, h, c
-    return call
-
-
 # %% [markdown]
 # ## Every variant against cuDNN
 #
-# The whole forward (every layer, every step) from the same inputs, checked against the float64
-# reference, then timed with CUDA events. The naive and fused LSTMs make thousands of launches a
-# forward at the book's sizes, at any batch (their time is their launches'), so they are compared first,
-# over the first steps of the sequence at batch 64 (every step is the same work: their ratio is the
-# whole forward's), with the persistent kernel beside them; the streams LSTM is timed as its graph's
-# replay (launched call by call, its time is its host's, like the fused one's).
+# The whole forward (every layer, every step) from the same inputs at batches 1, 8 and 64, checked
+# against the float64 reference, then timed with CUDA events, part a's persistent kernel beside
+# them; the streams LSTM is timed as its graph's replay (launched call by call, its time is its
+# host's, as part a's fused LSTM's is).
 
 # %% [markdown]
 # The FP16 kernel has a table of its own: it is checked against the FP16 model of the reference,
@@ -292,14 +182,10 @@ def check_fp16(out, expected, name):
 
 
 device_inputs = {batch: [cuda.to_device(a) for a in inputs(batch)] for batch in BATCHES}  # x, h0, c0
-big = max(BATCHES)
-first_steps = (device_inputs[big][0][:SLOW_STEPS], *device_inputs[big][1:])  # x's first steps: a view
 # The float64 references, each a loop over the steps in a process of its own, started first: they
 # take the host seconds, while the kernels below compile and run. One reference serves every batch
 # (lstm_references: one LSTM of all their rows side by side).
-x_big, h0_big, c0_big = inputs(big)
-computing = {"slow": host.in_process(ref.lstm_reference, x_big[:SLOW_STEPS], weights, h0_big, c0_big),
-             False: host.in_process(ref.lstm_references, [inputs(batch) for batch in BATCHES], weights)}
+computing = {False: host.in_process(ref.lstm_references, [inputs(batch) for batch in BATCHES], weights)}
 if net_half is not None:
     computing[True] = host.in_process(ref.lstm_references, [inputs(batch) for batch in BATCHES], weights, True)
 
@@ -312,24 +198,12 @@ def reference(batch, fp16=False):
     return ref.lstm_reference(x, weights, h0, c0, fp16=fp16)
 
 
-slow = {"naive: 2 GEMMs a gate a step": lambda: net_naive(*first_steps),
-        "fused: hoisted input GEMM, fused cell": lambda: net_fused(*first_steps)}
 # On a GPU every variant is called once for every batch, all at the same time, their kernels
-# compiled side by side (bench.warm_up; the slow calls' outputs kept for their checks).
+# compiled side by side (bench.warm_up).
 nets = [net for net in (net_persistent, net_wavefront, net_layerwise, net_streams, net_half) if net is not None]
-bench.warm_up([lambda net=net, a=a: net(*a) for net in nets for a in device_inputs.values()] + list(slow.values()),
-              keep=slow.values())
+bench.warm_up([lambda net=net, a=a: net(*a) for net in nets for a in device_inputs.values()])
 
 cudnn, cudnn_fp16 = (torch_lstm(), torch_lstm(torch.float16)) if torch is not None else (None, None)
-slow_case = f"LSTM forward, batch {big}, first {SLOW_STEPS} steps"
-slow_comparison = chapter.compare(
-    slow_case, {**slow, "persistent: W_hh in shared memory": lambda: net_persistent(*first_steps)},
-    baselines={"torch.nn.LSTM (cuDNN)": cudnn_call(cudnn, *(bench.torch_view(a) for a in first_steps))}
-    if torch is not None else None,
-    flops=2.0 * SLOW_STEPS * big * 4 * HIDDEN * (INPUT + HIDDEN + (LAYERS - 1) * 2 * HIDDEN),
-    reference=lambda: computing["slow"].result(), check=check,
-    size=f"T={SLOW_STEPS} I={INPUT} H={HIDDEN} L={LAYERS} B={big}", repeats=15, seconds=6,
-    wall_clock=slow.keys())  # host-bound, both: each call's wall clock
 
 comparisons, comparisons_fp16 = {}, {}
 for batch in BATCHES:
@@ -360,9 +234,6 @@ for batch in BATCHES:
 
 # %%
 if workbook.ON_GPU:
-    chapter.bar(f"batch {big}, {SLOW_STEPS} steps: fused vs naive (speed-up)",
-                slow_comparison.ratio("naive: 2 GEMMs a gate a step", "fused: hoisted input GEMM, fused cell"),
-                at_least=5)
     for batch, target in ((1, 1.5), (8, 1.5), (64, 0.8)):
         if torch is None or batch not in comparisons:
             continue
@@ -370,8 +241,7 @@ if workbook.ON_GPU:
         best = min(ours, key=lambda t: t.median_ms)
         chapter.bar(f"batch {batch}: fastest workbook LSTM ({best.name.split(':')[0]}) vs cuDNN (speed-up)",
                     comparisons[batch].ratio("torch.nn.LSTM (cuDNN)", best.name), at_least=target)
-else:
-    chapter.show_stored("LSTM forward, batch 64, first 32 steps")
+else:  # the reference GPU's runs of the same comparisons, at the book's sizes
     for batch in (1, 8, 64):
         chapter.show_stored(f"LSTM forward, batch {batch}")
         chapter.show_stored(f"LSTM forward in FP16, batch {batch}")
@@ -390,51 +260,13 @@ if net_half is not None and net_wavefront is not None:
     print(", ".join(f"{name}: {value:.2g}" for name, value in off.items()))
 
 # %% [markdown]
-# ## Profiling a step: what the host and the GPU each do
-#
-# The fused LSTM's code opens a named range around each phase (`workbook.timeline.span`: an NVTX
-# range where the `nvtx` package is installed, for Nsight Systems). `timeline.record` runs one
-# forward under torch's profiler, which collects through CUPTI what the GPU ran (every kernel of
-# the process, numba's included) and the host's launch calls, then draws a row for the ranges, one
-# for the launches and one per GPU stream. Below: 8 steps of one layer, launched call by call,
-# then the same forward captured once as a CUDA graph and replayed (chapter 07). Without a GPU
-# the recording has only the ranges, on the host's clock, and the reference GPU's stored plot follows.
-
-# %%
-small_net = fused.FusedLSTM(ref.init_lstm(HIDDEN, HIDDEN, 1, seed=0))
-small_batch = workbook.size(gpu=8, sim=2)
-x_small = cuda.to_device(rng.standard_normal((8, small_batch, HIDDEN)).astype(np.float32))
-h_small, c_small = (cuda.to_device(np.zeros((1, small_batch, HIDDEN), np.float32)) for _ in range(2))
-recorded = profiling.timelines(small_net, x_small, h_small, c_small)
-for name, events in recorded.items():
-    rows, end = timeline.summary(events)
-    print(f"{name}: {end:.0f} us from first to last event; " + ", ".join(
-        f"{row} busy {busy:.0f} us ({count} events)" for row, (busy, count) in rows.items()))
-chapter.savefig(profiling.figure(recorded, f"T=8 B={small_batch} H={HIDDEN}"), "timeline")
-
-# %% [markdown]
-# Launched call by call, each step's range (grey, top) is mostly the host: the wrappers check
-# their arguments and pick a schedule, the launches (orange) go out one by one, and the GPU's
-# kernels (blue) can start only as their launches arrive: wherever the stream's row is empty, the
-# GPU waits for the host (the line printed above says how long each row was busy). As one graph the
-# host issues one launch for the whole forward, and the same kernels run back to back: the forward
-# takes what its kernels take. That is the fused LSTM's "host-bound" in a picture; the persistent
-# kernel removes the launches in another way, by not making them.
-
-# %% [markdown]
 # ## What the numbers mean
 #
-# - **Launches, not arithmetic, set the naive LSTM's time.** It issues 14 launches a step a layer,
-#   the fused one 2 (and one big GEMM a layer) for the same arithmetic, and the GPU waits for every
-#   launch the host has not made yet: the fused call costs its host as long as it takes.
-# - **The persistent kernel** issues one launch a layer and reads W_hh (4H x H floats) from memory
-#   once a sequence instead of once a step. A block multiplies a few batch rows at a time, a warp
-#   per weight row, three block barriers a chunk: its time grows with the batch, and at batch 64
-#   most of it is waiting. It is the structure, made correct, not yet fast.
-# - **The wavefront kernel** is the same structure made fast: every layer in one launch, T + L - 1
-#   grid barriers where the persistent kernel has T x L, both weight matrices read from memory once.
-#   At batch 64 a block takes only the batch rows its shared memory holds beside the weights, so a
-#   step is several passes over them, where cuDNN's GEMMs have rows enough to fill the GPU.
+# - **The wavefront kernel** is part a's persistent structure made fast: every layer in one launch,
+#   T + L - 1 grid barriers where the persistent kernel has T x L, both weight matrices read from
+#   memory once. At batch 64 a block takes only the batch rows its shared memory holds beside the
+#   weights, so a step is several passes over them, where cuDNN's GEMMs have rows enough to fill
+#   the GPU.
 # - **Layer by layer, each step a tiled GEMM**, is the variant for a large batch; each of its T x L
 #   steps costs a barrier, the staging of h and a block's latency whatever the batch, so small
 #   batches belong to the wavefront.
@@ -449,11 +281,9 @@ chapter.savefig(profiling.figure(recorded, f"T=8 B={small_batch} H={HIDDEN}"), "
 # The figures these bullets point to:
 
 # %%
-_persistent, _fused, _naive = ("persistent: W_hh in shared memory", "fused: hoisted input GEMM, fused cell",
-                               "naive: 2 GEMMs a gate a step")
-_wavefront, _cudnn = "wavefront: every layer in one kernel", "torch.nn.LSTM (cuDNN)"
+_persistent, _cudnn = "persistent: W_hh in shared memory", "torch.nn.LSTM (cuDNN)"
+_wavefront = "wavefront: every layer in one kernel"
 _layerwise, _streams = "layer by layer: each step a tiled GEMM", "streams: layers side by side, one CUDA graph"
-_slow_case = f"LSTM forward, batch 64, first {workbook.size(gpu=SLOW_STEPS, sim=32)} steps"  # the reference GPU's
 _traffic = "recurrent weight bytes read per layer"
 
 
@@ -462,14 +292,6 @@ def _ms(batch, variant, fp16=False):
 
 
 chapter.show_figures({
-    f"{_slow_case}: naive": ("{:.0f} ms", lambda: chapter.figure(_slow_case, _naive)),
-    f"{_slow_case}: fused": ("{:.0f} ms", lambda: chapter.figure(_slow_case, _fused)),
-    "  fused vs naive (speed-up)": ("{:.1f}x", lambda: chapter.figure(_slow_case, _naive)
-                                    / chapter.figure(_slow_case, _fused)),
-    "  fused: host cost of a call": ("{:.0f} ms", lambda: chapter.figure(_slow_case, _fused, "host_us") / 1e3),
-    "W_hh read a layer: once (persistent) / every step (fused)": (
-        "{}", lambda: f"{chapter.figure(_traffic, 'persistent: W_hh once') / 1e6:.1f} MB / "
-                      f"{chapter.figure(_traffic, 'fused: W_hh every step') / 1e6:.0f} MB"),
     **{f"batch {b}: {name}": ("{:.2f} ms", _ms(b, variant)) for b in (1, 8, 64)
        for name, variant in (("persistent", _persistent), ("wavefront", _wavefront), ("layer by layer", _layerwise),
                              ("streams, one graph", _streams), ("cuDNN", _cudnn))},
@@ -485,49 +307,18 @@ chapter.show_figures({
             **chapter.figure("largest difference to float64, batch 1"))),
 })
 
-# %% [markdown]
-# ## Exercises you can check
-#
-# `exercises.py` beside this notebook holds three exercises, each a stub with its spec. Each cell
-# below shows one and runs its check: *not attempted*, *wrong* (with what is wrong) or *correct*.
-# Edit `exercises.py` between `# >>> ch10.N` and `# <<< ch10.N`, save, and re-run the cell.
-# `python -m pytest --exercises -k ch10` checks them all at once.
-
 # %%
-from workbook import exercises  # noqa: E402
-
-exercises.show("ch10.1")
-
-# %%
-exercises.show("ch10.2")
-
-# %% [markdown]
-# ch10.3 is the persistent kernel's skeleton, one value a thread: find where its grid barrier
-# leaves a write and a read of the same step unordered. The simulator's sanitizer names both
-# threads; on a GPU, a `grid.sync()` that some thread skips would hang the launch, so the wrapper
-# reads the kernel's source first and refuses to launch such an answer there.
-
-# %%
-exercises.show("ch10.3")
+chapter.save()
 
 # %% [markdown]
 # ## More to try
-# 1. Time the fused LSTM as one CUDA graph at the book's sizes (the profiling section replays 8
-#    steps that way): its time is its host's.
-# 2. The layer-by-layer kernel's staging of h_{t-1} with `cp.async` (inline PTX, as chapter 09
+# 1. The layer-by-layer kernel's staging of h_{t-1} with `cp.async` (inline PTX, as chapter 09
 #    reaches the tensor cores): the loads in flight without registers to hold them, or the next
 #    chunk's while this one multiplies.
-# 3. The FP16 kernel at batch 64: the next chunk's loads in flight during this chunk's cells, or
+# 2. The FP16 kernel at batch 64: the next chunk's loads in flight during this chunk's cells, or
 #    part of the A fragments in registers (a block reads its 128 KB of weights from shared memory
 #    for every chunk); the first layer's input GEMM on chapter 09's tensor-core GEMM too.
-# 4. The persistent kernel's steps one at a time: which of the wavefront's changes (batch chunks,
-#    the cell in the warp, the barrier without a call) buys how much, with `chapters/ch10_lstm/probes/lstm_bench.py`.
 #
 # ## References
-# - Jaegeun Han and Bharatkumar Sharma, *Learn CUDA Programming*, chapter 10 (the LSTM from cuBLAS
-#   calls, against cuDNN).
 # - Jeremy Appleyard, *Optimizing Recurrent Neural Networks in cuDNN 5*, NVIDIA developer blog.
 # - Greg Diamos et al., *Persistent RNNs: Stashing Recurrent Weights On-Chip*, ICML 2016.
-
-# %%
-chapter.save()
