@@ -45,6 +45,24 @@ def test_lstm_matches_the_float64_reference(variant, steps, batch, input_size, h
     _check(_run(VARIANTS[variant](weights), x, h0, c0), ref.lstm_reference(x, weights, h0, c0), hidden, input_size)
 
 
+@pytest.mark.parametrize("variant", ["naive", "fused"])
+def test_the_warm_up_launches_run_on_buffers_of_their_own(variant):
+    """warm_ups(): each launch of a step alone (on a GPU, bench.warm_up compiles them side by side);
+    run before and between forwards, they change no forward's result."""
+    weights = ref.init_lstm(5, 33, 2, seed=4)
+    x = np.random.default_rng(5).standard_normal((3, 2, 5)).astype(np.float32)
+    net = VARIANTS[variant](weights)
+    calls = net.warm_ups(2) if variant == "naive" else net.warm_ups(cuda.to_device(x))
+    assert len(calls) == (5 if variant == "naive" else 3)
+    for call in calls:
+        call()
+    first = _run(net, x)
+    for call in calls:
+        call()
+    _check(first, ref.lstm_reference(x, weights), 33, 5)
+    _check(_run(net, x), ref.lstm_reference(x, weights), 33, 5)
+
+
 @pytest.mark.parametrize("variant", ["fused", "wavefront"])
 def test_zero_initial_state_is_the_default(variant):
     weights = ref.init_lstm(4, 9, 1, seed=2)

@@ -223,20 +223,21 @@ if torch is not None:
 # each once, in a thread of its own, beside the GPU's warm-ups; every check waits for its own.
 
 
+tf32_variants = {"naive": lambda: k.gemm(d_a32, d_b32, out, variant="naive"),
+                 "pipelined": lambda: k.gemm(d_a32, d_b32, out),
+                 "chapter 04 FP32 (CUDA cores)": lambda: fp32.gemm(d_a32, d_b32, out)}
+f16_variants = {"naive": lambda: k.gemm(d_a16, d_b16, out, variant="naive"),
+                "pipelined": lambda: k.gemm(d_a16, d_b16, out)}
+bench.warm_up([*tf32_variants.values(), *f16_variants.values()])  # a GPU compiles both tables' kernels side by side
 tf32_result = chapter.compare(
-    "gemm tf32",
-    {"naive": lambda: k.gemm(d_a32, d_b32, out, variant="naive"),
-     "pipelined": lambda: k.gemm(d_a32, d_b32, out),
-     "chapter 04 FP32 (CUDA cores)": lambda: fp32.gemm(d_a32, d_b32, out)},
+    "gemm tf32", tf32_variants,
     reference=lambda: product_reference("tf32", a32, b32),
     check=checker("tf32", a32, b32),
     baselines={"torch.matmul TF32 (cuBLAS)": lambda: torch.matmul(t_a32, t_b32)},
     flops=flops, size=f"{n}^3 float32",
 )
 f16_result = chapter.compare(
-    "gemm f16",
-    {"naive": lambda: k.gemm(d_a16, d_b16, out, variant="naive"),
-     "pipelined": lambda: k.gemm(d_a16, d_b16, out)},
+    "gemm f16", f16_variants,
     reference=lambda: product_reference("f16", a16, b16),
     check=checker("f16", a16, b16),
     baselines={"torch.matmul FP16 (cuBLAS)": lambda: torch.matmul(t_a16, t_b16)},

@@ -84,15 +84,18 @@ t_bt32, t_bt16 = bench.torch_view(d_bt32), bench.torch_view(d_bt16)
 # The float64 references of these operands take the host seconds at 4096^3: `comparing.py` computes
 # each once, in a thread of its own, beside the GPU's warm-ups; every check waits for its own.
 
-wgmma_results = {}
-for precision, label, (da, db, dbt, ta, tbt, ah, bh) in (
-        ("tf32", "TF32", (d_a32, d_b32, d_bt32, t_a32, t_bt32, a32, b32)),
-        ("f16", "FP16", (d_a16, d_b16, d_bt16, t_a16, t_bt16, a16, b16))):
-    variants = {"pipelined": lambda da=da, db=db: k.gemm(da, db, out)}
+cases = (("tf32", "TF32", (d_a32, d_b32, d_bt32, t_a32, t_bt32, a32, b32)),
+         ("f16", "FP16", (d_a16, d_b16, d_bt16, t_a16, t_bt16, a16, b16)))
+variants = {}
+for precision, _, (da, db, dbt, *_) in cases:
+    variants[precision] = {"pipelined": lambda da=da, db=db: k.gemm(da, db, out)}
     if HAS_WGMMA:
-        variants["wgmma (A·Bᵀ)"] = lambda da=da, dbt=dbt: k.gemm_bt(da, dbt, out)
+        variants[precision]["wgmma (A·Bᵀ)"] = lambda da=da, dbt=dbt: k.gemm_bt(da, dbt, out)
+bench.warm_up([f for table in variants.values() for f in table.values()])  # both tables' kernels side by side
+wgmma_results = {}
+for precision, label, (da, db, dbt, ta, tbt, ah, bh) in cases:
     wgmma_results[precision] = chapter.compare(
-        f"gemm {precision} wgmma", variants,
+        f"gemm {precision} wgmma", variants[precision],
         reference=lambda ah=ah, bh=bh, precision=precision: product_reference(precision, ah, bh),
         check=checker(precision, ah, bh),
         baselines={f"torch.matmul {label} A·Bᵀ (cuBLAS)": lambda ta=ta, tbt=tbt: torch.matmul(ta, tbt.T)},
@@ -207,18 +210,23 @@ def conv_checker(precision):
     return check
 
 
-conv_results = {}
+conv_variants = {}
 for precision, label in (("f16", "FP16"), ("tf32", "TF32")):
     xd, wd = conv_in[precision]
-    variants = {f"tensor cores {label}": lambda xd=xd, wd=wd: k.conv2d(xd, wd, conv_out, padding=1)}
+    variants = conv_variants[precision] = {
+        f"tensor cores {label}": lambda xd=xd, wd=wd: k.conv2d(xd, wd, conv_out, padding=1)}
     if HAS_WGMMA:
         variants[f"wgmma {label}"] = lambda xd=xd, wd=wd: k.conv2d(xd, wd, conv_out, padding=1, variant="wgmma")
     if precision == "f16":
         variants["chapter 04 FP32 implicit (CUDA cores)"] = lambda: fp32.conv2d_implicit(
             x_nchw, w_kcrs, out_nchw, padding=1, tile=fp32_tile)
+bench.warm_up([f for table in conv_variants.values() for f in table.values()])  # side by side, as above
+conv_results = {}
+for precision, label in (("f16", "FP16"), ("tf32", "TF32")):
+    xd, wd = conv_in[precision]
     tx, tw = t_conv[precision]
     conv_results[precision] = chapter.compare(
-        f"conv {precision}", variants,
+        f"conv {precision}", conv_variants[precision],
         reference=lambda xd=xd, wd=wd, precision=precision: k.conv_reference(
             xd.copy_to_host()[:1], wd.copy_to_host(), precision, 1, 1, 1).astype(np.float32),
         check=conv_checker(precision),

@@ -40,7 +40,7 @@ import numpy as np
 import workbook
 from workbook import bench, cuda, host
 
-from chapters.ch10_lstm import half, layerwise, persistent, streams, wavefront
+from chapters.ch10_lstm import half, layerwise, streams, wavefront
 from chapters.ch10_lstm import reference as ref
 from chapters.ch10_lstm.comparing import (BATCHES, HIDDEN, INPUT, LAYERS, STEPS, atol, check, cudnn_call, inputs,
                                           optional_cudnn, rtol, torch_lstm, weights)
@@ -128,7 +128,6 @@ workbook.show(streams.StreamsLSTM._layers)
 workbook.show(half.make_half_kernel)
 
 # %%
-net_persistent = persistent.PersistentLSTM(weights)  # part a's, beside the others
 traffic = {}
 try:
     net_wavefront = wavefront.WavefrontLSTM(weights, blocks=workbook.size(gpu=None, sim=4))  # a block an SM; 4 simulated
@@ -160,9 +159,9 @@ chapter.record("recurrent weight bytes read per layer", traffic)
 # ## Every variant against cuDNN
 #
 # The whole forward (every layer, every step) from the same inputs at batches 1, 8 and 64, checked
-# against the float64 reference, then timed with CUDA events, part a's persistent kernel beside
-# them; the streams LSTM is timed as its graph's replay (launched call by call, its time is its
-# host's, as part a's fused LSTM's is).
+# against the float64 reference, then timed with CUDA events; the streams LSTM is timed as its
+# graph's replay (launched call by call, its time is its host's, as part a's fused LSTM's is).
+# Part a's persistent kernel is not among them: the wavefront is what it becomes.
 
 # %% [markdown]
 # The FP16 kernel has a table of its own: it is checked against the FP16 model of the reference,
@@ -200,7 +199,7 @@ def reference(batch, fp16=False):
 
 # On a GPU every variant is called once for every batch, all at the same time, their kernels
 # compiled side by side (bench.warm_up).
-nets = [net for net in (net_persistent, net_wavefront, net_layerwise, net_streams, net_half) if net is not None]
+nets = [net for net in (net_wavefront, net_layerwise, net_streams, net_half) if net is not None]
 bench.warm_up([lambda net=net, a=a: net(*a) for net in nets for a in device_inputs.values()])
 
 cudnn, cudnn_fp16 = (torch_lstm(), torch_lstm(torch.float16)) if torch is not None else (None, None)
@@ -208,7 +207,7 @@ cudnn, cudnn_fp16 = (torch_lstm(), torch_lstm(torch.float16)) if torch is not No
 comparisons, comparisons_fp16 = {}, {}
 for batch in BATCHES:
     d_x, d_h0, d_c0 = device_inputs[batch]
-    variants = {"persistent: W_hh in shared memory": lambda: net_persistent(d_x, d_h0, d_c0)}
+    variants = {}
     if net_wavefront is not None:
         variants["wavefront: every layer in one kernel"] = lambda: net_wavefront(d_x, d_h0, d_c0)
     variants["layer by layer: each step a tiled GEMM"] = lambda: net_layerwise(d_x, d_h0, d_c0)
@@ -281,8 +280,7 @@ if net_half is not None and net_wavefront is not None:
 # The figures these bullets point to:
 
 # %%
-_persistent, _cudnn = "persistent: W_hh in shared memory", "torch.nn.LSTM (cuDNN)"
-_wavefront = "wavefront: every layer in one kernel"
+_wavefront, _cudnn = "wavefront: every layer in one kernel", "torch.nn.LSTM (cuDNN)"
 _layerwise, _streams = "layer by layer: each step a tiled GEMM", "streams: layers side by side, one CUDA graph"
 _traffic = "recurrent weight bytes read per layer"
 
@@ -293,7 +291,7 @@ def _ms(batch, variant, fp16=False):
 
 chapter.show_figures({
     **{f"batch {b}: {name}": ("{:.2f} ms", _ms(b, variant)) for b in (1, 8, 64)
-       for name, variant in (("persistent", _persistent), ("wavefront", _wavefront), ("layer by layer", _layerwise),
+       for name, variant in (("wavefront", _wavefront), ("layer by layer", _layerwise),
                              ("streams, one graph", _streams), ("cuDNN", _cudnn))},
     "wavefront: batch rows a block takes at once, batch 64": (
         "{}", lambda: chapter.figure(_traffic, "wavefront: batch rows a block takes at once, batch 64")),

@@ -63,3 +63,17 @@ class FusedLSTM(LSTM):
                 gemm(h if t == 0 else ys[t - 1], self.w_hh_t[layer], h_terms, splits=1, stream=stream)
                 fused_cell_kernel[blocks, THREADS, stream](x_steps[t], h_terms, self.bias[layer], c, ys[t])
         h.copy_to_device(y[T - 1], stream=stream)
+
+    def warm_ups(self, x):
+        """The launches of a forward on x (T, B, I), each on its own: for bench.warm_up to compile
+        their kernels side by side (a forward compiles each when it comes to it). Buffers of their
+        own: a forward may run beside them."""
+        T, B, I = x.shape
+        H = self.hidden
+        h, c = (self._buffer(f"warm-up {name}", (B, H), 0) for name in ("h", "c"))
+        h_terms = self._buffer("warm-up h terms", (B, 4 * H), 0)
+        x_terms = self._buffer("warm-up x terms", (T, B, 4 * H), 0)
+        blocks = min(-(-B * H // THREADS), 1024)
+        return [lambda: gemm(x.reshape(T * B, I), self.w_ih_t[0], x_terms.reshape(T * B, 4 * H), tile=INPUT_TILE),
+                lambda: gemm(h, self.w_hh_t[0], h_terms, splits=1),
+                lambda: fused_cell_kernel[blocks, THREADS, 0](x_terms[0], h_terms, self.bias[0], c, h)]

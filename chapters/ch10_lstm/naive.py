@@ -78,3 +78,16 @@ class NaiveLSTM(LSTM):
             cell_kernel[blocks, THREADS, stream](act[0], act[1], act[2], c)
             hidden_kernel[blocks, THREADS, stream](act[3], c, ys[t])
         h.copy_to_device(y[T - 1], stream=stream)
+
+    def warm_ups(self, batch):
+        """The launches of a step, each on its own, on buffers of this batch: for bench.warm_up to
+        compile their kernels side by side, where a forward, a chain of launches, compiles each one
+        when it comes to it. Buffers of their own: a forward may run beside them."""
+        H = self.hidden
+        x_t, h, c, x_term, h_term, act = (self._buffer(f"warm-up {name}", (batch, size), 0) for name, size in (
+            ("x", self.input_size), ("h", H), ("c", H), ("x term", H), ("h term", H), ("gate", H)))
+        blocks = min(-(-batch * H // THREADS), 1024)
+        return [lambda: gemm(x_t, self.w_ih[0][0], x_term), lambda: gemm(h, self.w_hh[0][0], h_term),
+                lambda: gate_kernel[blocks, THREADS, 0](x_term, h_term, self.gate_bias[0][0], False, act),
+                lambda: cell_kernel[blocks, THREADS, 0](act, act, act, c),
+                lambda: hidden_kernel[blocks, THREADS, 0](act, c, h)]
