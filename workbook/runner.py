@@ -257,7 +257,7 @@ def run(chapters=(), how="auto", jobs=None):
     jobs = jobs or default_jobs()
     out_dir = results.device_dir()
     console = tables.console()
-    console.print(f"[bold]workbook run[/]: {len(scripts)} chapter(s) in {workbook.MODE} mode on "
+    console.print(f"[bold]workbook run[/]: {len(scripts)} notebook(s) in {workbook.MODE} mode on "
                   f"{results.device_facts()['name']}, as {'notebooks' if use_notebook else 'scripts'}, "
                   f"{jobs} at a time; logs in {out_dir}/")
     failed = []
@@ -297,7 +297,7 @@ def run(chapters=(), how="auto", jobs=None):
                 progress.console.print("".join(log_path.read_text().splitlines(True)[-25:]))
             progress.advance(task)
     cells_dir.cleanup()
-    console.print(f"{len(scripts)} chapter(s) in {time.perf_counter() - run_started:.0f} s")
+    console.print(f"{len(scripts)} notebook(s) in {time.perf_counter() - run_started:.0f} s")
     summary(console, list(scripts), results.device_facts()["slug"], out_dir.parent)
     if failed:
         console.print(f"[red]failed chapters: {', '.join(failed)}[/]")
