@@ -110,7 +110,7 @@ for precision, label, (da, db, dbt, ta, tbt, ah, bh) in cases:
 # tap (r, s) the channels of a pixel sit side by side, so with C a multiple of 8 halves (or 4
 # floats) every 16-byte chunk of the GEMM's A tile is either 16 contiguous bytes of x or all
 # padding, and cp.async copies it or zero-fills it. The filters, (K, R·S·C), are B^T: rows of
-# depth, copied and read as TF32's B^T is in the GEMM. Everything else is the pipelined GEMM.
+# depth, copied and read as part a's TF32 GEMM reads B^T. Everything else is part a's pipelined GEMM.
 
 # %%
 from chapters.ch09_tensor_cores import conv

@@ -86,7 +86,7 @@ workbook.show(wavefront.make_wavefront_kernel)
 # 64 batch rows of h_{t-1}. Each thread then owns a 4 x 8 tile of sums (one unit's four gates, 8
 # batch rows) as chapter 04's GEMM does: per k it reads 4 weights and 8 values of h for 32
 # multiply-adds. The k of a row are split over the block's warps, whose partial sums meet in shared
-# memory before the cell. The input term is step 2's hoisted GEMM again, which at this batch is a
+# memory before the cell. The input term is part a's hoisted GEMM again, which at this batch is a
 # big GEMM that runs near chapter 04's best rate. Two details mattered as much as the tiling: h is
 # staged with unsigned indices and a test-free path for whole chunks (the signed index arithmetic
 # numba emits had cost more instructions than the multiply-adds), and the cell's inputs that need
@@ -98,9 +98,9 @@ workbook.show(layerwise.make_layer_kernel)
 # %% [markdown]
 # ## Streams: the layers side by side, from the host
 #
-# The wavefront can also be had without a persistent kernel: step 2's launches, each layer on a
-# stream of its own, issued in wavefront order, an event telling layer l+1 that layer l's h_t is
-# written (`streams.py`). Launched call by call, the host issues three launches a step a layer and
+# The wavefront can also be had without a persistent kernel: part a's fused launches, each layer
+# on a stream of its own, issued in wavefront order, an event telling layer l+1 that layer l's h_t
+# is written (`streams.py`). Launched call by call, the host issues three launches a step a layer and
 # the GPU waits for it; captured once as a CUDA graph (chapter 07) and replayed, the GPU runs the
 # streams' kernels side by side, and what is left is the GPU's time.
 
