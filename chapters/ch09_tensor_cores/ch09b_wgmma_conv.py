@@ -69,10 +69,11 @@ HAS_WGMMA = capability.check("wgmma", what="this section", instead="the mma.sync
 print("wgmma here:", HAS_WGMMA)
 
 # %% [markdown]
-# The same 4096³ products, Bᵀ made once beforehand, against cuBLAS on the same operation
-# (`torch.matmul(a, bt.T)`) and the pipelined mma.sync kernel (A·B), same run. wgmma reads TF32
-# from shared memory and drops the low 13 bits, with no register pass to round them: its TF32 is
-# truncated, and so is its reference (`"tf32-truncated"`), within the same derived tolerance.
+# 4096³ products as in part a's benchmark (operands from `comparing.operands`), Bᵀ made once
+# beforehand, against cuBLAS on the same operation (`torch.matmul(a, bt.T)`) and part a's pipelined
+# mma.sync kernel (A·B), timed again in this run. wgmma reads TF32 from shared memory and drops the
+# low 13 bits, with no register pass to round them: its TF32 is truncated, and so is its reference
+# (`"tf32-truncated"`), within the tolerance part a derives (`k.tolerance`).
 
 # %%
 n = workbook.size(gpu=4096, sim=32)
@@ -121,7 +122,7 @@ workbook.show(conv.make_conv_kernel)
 # Checked first at awkward shapes: odd image sizes, K not a multiple of anything, strides, padding
 # wider than the filter's reach, dilation, C = 8 and 24; a NaN in one pixel must reach exactly the
 # outputs whose windows cover it. The reference is the im2col GEMM in float64
-# (`conv_reference`), and the GEMM's tolerance holds as it is: the same products, summed in
+# (`conv_reference`), and part a's GEMM tolerance holds as it is: the same products, summed in
 # another order.
 
 # %%

@@ -195,8 +195,8 @@ chapter.savefig(profiling.figure(recorded, f"T=8 B={small_batch} H={HIDDEN}"), "
 #   launch the host has not made yet: the fused call costs its host as long as it takes.
 # - **The persistent kernel** issues one launch a layer and reads W_hh (4H x H floats) from memory
 #   once a sequence instead of once a step. A block multiplies a few batch rows at a time, a warp
-#   per weight row, three block barriers a chunk: its time grows with the batch, and at batch 64
-#   most of it is waiting. It is the structure, made correct, not yet fast: part b makes it fast.
+#   per weight row, three block barriers a chunk: at batch 64, the batch timed here, most of its
+#   time is waiting. It is the structure, made correct, not yet fast: part b makes it fast.
 # - **cuDNN** (`torch.nn.LSTM`) makes the whole forward one library call: what part b's kernels are
 #   set against, at every batch.
 #

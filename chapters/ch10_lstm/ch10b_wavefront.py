@@ -261,9 +261,9 @@ if net_half is not None and net_wavefront is not None:
 # %% [markdown]
 # ## What the numbers mean
 #
-# - **The wavefront kernel** is part a's persistent structure made fast: every layer in one launch,
-#   T + L - 1 grid barriers where the persistent kernel has T x L, both weight matrices read from
-#   memory once. At batch 64 a block takes only the batch rows its shared memory holds beside the
+# - **The wavefront kernel** takes part a's persistent structure further: every layer in one
+#   launch, T + L - 1 grid barriers where part a's persistent kernel has T x L, both weight matrices
+#   read from memory once. At batch 64 a block takes only the batch rows its shared memory holds beside the
 #   weights, so a step is several passes over them, where cuDNN's GEMMs have rows enough to fill
 #   the GPU.
 # - **Layer by layer, each step a tiled GEMM**, is the variant for a large batch; each of its T x L
