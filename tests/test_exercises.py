@@ -108,18 +108,14 @@ def test_check_fails_on_a_planted_wrong_answer(exercise, index, tmp_path, not_co
     print(f"{exercise.id} with {old!r} -> {new!r}: {result.message}")
 
 
-# Answers that are right on a GPU and that the simulator once graded wrong: NumPy wraps uint8 sums
-# at 256 where numba computes in 64 bits.
-GPU_CORRECT = [
-    ("ch05.1", "np.int32(a[i]) + np.int32(b[i]) + np.int32(1)) >> np.int32(1)", "a[i] + b[i] + 1) >> 1"),
-    ("ch05.2", "total += np.int32(src[rr, cc])", "total += src[rr, cc]"),
-]
+# Answers that are right on a GPU and that the simulator once graded wrong (solutions.py's
+# RIGHT_ON_A_GPU: pieces of the answers, so they stay out of the handout with them).
+GPU_CORRECT = [(e.id, old, new) for e in EXERCISES if ex.has_solutions(e.chapter) for old, new in ex.right_on_a_gpu(e)]
 
 
 @pytest.mark.parametrize("exercise_id, old, new", GPU_CORRECT, ids=[g[0] for g in GPU_CORRECT])
 def test_an_answer_right_on_a_gpu_is_graded_correct(exercise_id, old, new, tmp_path):
     exercise = next(e for e in EXERCISES if e.id == exercise_id)
-    _solutions_or_skip(exercise.chapter)
     (answer,) = [r for r in ex.regions(ex.module_path(exercise, "solutions").read_text()) if r.id == exercise.id]
     assert answer.code.count(old) == 1
     module = _variant(exercise, answer.code.replace(old, new), tmp_path, f"{exercise.id}_gpu_correct")
@@ -161,6 +157,43 @@ def test_handout_is_the_committed_workbook_without_the_solutions(tmp_path):
     assert not (handout / ".git").exists()
     assert 'pip install -e ".[dev,compile,capstone]"' in done.stdout  # the README's install line
     assert 'pip install -e ".[dev,compile,capstone]"' in (handout / "README.md").read_text()
+
+
+def _significant_lines(code):
+    """The lines of code that say something (12 characters or more, comments and blanks dropped)."""
+    import re
+
+    lines = (re.sub(r"\s+#.*$", "", line.strip()) for line in code.splitlines())
+    return {line for line in lines if len(line) >= 12 and not line.startswith("#")}
+
+
+def test_the_handout_ships_no_answer(tmp_path):
+    """No file of the handout holds an answer: of each solution region's lines that no lesson module
+    of any chapter (nor workbook/) has, none in tools/ or in stored results other than the chapters'
+    run logs (which print what the lessons show), and never more than half of them in any one file."""
+    from workbook import handout as ho
+
+    if not CHAPTERS or not all(ex.has_solutions(c) for c in CHAPTERS):
+        pytest.skip("no solutions.py here (a handout): nothing to compare with")
+    clone = _checkout_copy(tmp_path)
+    assert _handout(clone, tmp_path / "handout").returncode == 0
+    root = tmp_path / "handout"
+    for path in ho.LEAVES_OUT_PATHS:
+        assert (clone / path).exists() and not (root / path).exists(), path
+    texts = {p.relative_to(root).as_posix(): p.read_text(errors="ignore") for p in root.rglob("*")
+             if p.is_file() and p.suffix in (".py", ".json", ".md", ".log", ".txt", ".ipynb", ".toml", ".yml", ".sh")}
+    taught = set().union(*(_significant_lines(text) for name, text in texts.items() if name.endswith(".py")
+                           and name.startswith(("chapters/", "workbook/")) and not name.endswith("/checks.py")))
+    held = []
+    for chapter_id in CHAPTERS:
+        for region in ex.regions(ex.module_path(chapter_id, "solutions").read_text()):
+            answer = _significant_lines(region.code) - taught
+            for name, text in texts.items():
+                found = [line for line in answer if line in text]
+                strict = name.startswith("tools/") or (name.startswith("results/") and not name.endswith(".log"))
+                if found and (strict or (len(answer) >= 2 and 2 * len(found) > len(answer))):
+                    held.append(f"{name} holds {len(found)} of {region.id}'s {len(answer)} answer lines: {found[:2]}")
+    assert not held, "\n".join(held)
 
 
 def test_handout_refuses_uncommitted_answers_and_stray_files(tmp_path):

@@ -135,6 +135,8 @@ def test_the_chapter_04_tiled_gemm_without_its_second_barrier_is_named(tmp_path)
     """The tiles of step k+1 overwrite those of step k while slower threads still read them."""
     from workbook import exercises as ex
 
+    if not ex.has_solutions("ch04"):
+        pytest.skip("no solutions.py here (a handout): the planted kernel is the reference answer without a barrier")
     source = (Path(workbook.results.ROOT) / "chapters/ch04_implicit_gemm/solutions.py").read_text()
     barrier = "        cuda.syncthreads()  # everyone is done with them before the next step overwrites them\n"
     assert source.count(barrier) == 1

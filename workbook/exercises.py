@@ -258,6 +258,13 @@ def load_source(text, directory, label):
     return module
 
 
+def right_on_a_gpu(exercise):
+    """[(old, new), ...]: edits of the solution's region that are right on a GPU, which its check
+    must grade correct (solutions.py's RIGHT_ON_A_GPU, kept there: they are pieces of the answer)."""
+    solutions = load(exercise.chapter, "solutions")
+    return getattr(solutions, "RIGHT_ON_A_GPU", {}).get(exercise.id, [])
+
+
 def planted_wrong_answers(exercise):
     """[(old, new), ...]: edits of the solution's region that its check must reject; (old, new,
     "simulator"): one that only the simulator reveals, on its extra grids (exercises.Exercise.grids)

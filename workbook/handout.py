@@ -1,4 +1,5 @@
-"""A copy of the workbook for a class: what is committed, without the solutions.
+"""A copy of the workbook for a class: what is committed, without the solutions or anything that
+holds pieces of them (LEAVES_OUT, LEAVES_OUT_PATHS).
 
     python -m workbook handout DIR            refuses if the checkout has uncommitted or untracked
                                              files, or an exercise region that is not its stub
@@ -17,7 +18,15 @@ from pathlib import Path
 from . import exercises
 from .results import ROOT
 
-LEAVES_OUT = ("solutions.py",)
+LEAVES_OUT = ("solutions.py",)  # every chapter's
+# A maintainer's trial of wrong answers: each is an edit of a solution, so it holds pieces of them.
+LEAVES_OUT_PATHS = ("tools/wrong_answer_trial.py", "results/wrong_answer_trial.json")
+
+
+def left_out(relative):
+    """Does the handout leave this file (a path relative to the root) out?"""
+    relative = Path(relative)
+    return relative.name in LEAVES_OUT or relative.as_posix() in LEAVES_OUT_PATHS
 INSTALL = 'pip install -e ".[dev,compile,capstone]"'  # the README's install line
 _NOT_A_CHECKOUT_SKIPS = {".git", ".venv", "__pycache__", ".pytest_cache", ".whl", "build"}
 
@@ -79,12 +88,12 @@ def write(destination, force=False):
     if is_checkout():
         archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True, check=True)
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            members = [m for m in tar.getmembers() if m.isfile() and Path(m.name).name not in LEAVES_OUT]
+            members = [m for m in tar.getmembers() if m.isfile() and not left_out(m.name)]
             tar.extractall(destination, members=members, filter="data")
         written = [m.name for m in members]
     else:
         for relative in _files_of_this_tree():
-            if relative.name in LEAVES_OUT:
+            if left_out(relative):
                 continue
             (destination / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / relative, destination / relative)

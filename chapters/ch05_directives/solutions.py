@@ -131,6 +131,13 @@ def merge4(a, b, out):
 
 # Planted wrong answers: edits of the answers above that the checks must reject (a test applies
 # each one and expects its check to fail), so that no check passes vacuously.
+# Edits of the answers above that are right on a GPU and that the simulator once graded wrong
+# (NumPy wraps uint8 sums at 256 where numba computes in 64 bits): a test expects each graded correct.
+RIGHT_ON_A_GPU = {
+    "ch05.1": [("np.int32(a[i]) + np.int32(b[i]) + np.int32(1)) >> np.int32(1)", "a[i] + b[i] + 1) >> 1")],
+    "ch05.2": [("total += np.int32(src[rr, cc])", "total += src[rr, cc]")],
+}
+
 PLANTED_WRONG_ANSWERS = {
     "ch05.1": [("+ np.int32(1)) >> np.int32(1)", ") >> np.int32(1)")],  # rounds down
     "ch05.2": [("(total + 4) // 9", "total // 9")],  # truncates instead of rounding
