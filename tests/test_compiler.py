@@ -56,6 +56,25 @@ def test_uncompilable_kernel_fails_its_launch_with_numbas_message(private_compil
     assert "TypingError" in message and "array(float32, 1d, C)" in message
 
 
+@cuda.jit
+def atomic_on_a_row_kernel(a):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        cuda.atomic.add(a, i, 1.0)  # a is 2-D: numba wants an index for each dimension
+
+
+@sim_only
+@needs_compiler
+def test_a_plain_error_out_of_numbas_typing_is_the_kernels_fault(private_compiler):
+    """numba's typing of an atomic on a 2-D array given one index raises a plain TypeError, not a
+    TypingError: still the kernel's fault, named as such (not 'could not be compiled here')."""
+    with pytest.raises(compiler.GPUCompileError) as raised:
+        atomic_on_a_row_kernel[1, 32](cuda.to_device(np.zeros((4, 3), np.float32)))
+    message = str(raised.value)
+    assert "atomic_on_a_row_kernel" in message and "would not compile for a GPU" in message
+    assert "TypeError in numba's typing or lowering" in message and "2-D array with 1-D index" in message
+
+
 @sim_only
 @needs_compiler
 def test_compile_command_names_the_kernel_and_exits_non_zero(private_compiler, tmp_path, capsys):

@@ -179,3 +179,23 @@ def test_math_in_a_kernel_gives_what_a_gpu_gives_not_a_python_error():
     np.testing.assert_array_equal(out, expected)  # -inf, nan, inf where Python's math raises
     with pytest.raises(ValueError):  # host code keeps Python's math
         math.log(0.0)
+
+
+@cuda.jit
+def atomic_on_rows(a, b):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        cuda.atomic.add(b, i, 1.0)  # 1-D: one index
+        cuda.atomic.add(a, (i, 1), 1.0)  # 2-D: an index for each dimension
+        cuda.atomic.add(a, i, 1.0)  # 2-D given one index: a GPU compiler rejects it
+
+
+@sim_only
+def test_an_atomic_needs_an_index_for_each_dimension(monkeypatch):
+    """numba's simulator would take a row of a 2-D array and fail on the row's `+=`; the workbook's
+    says what a GPU compiler says: an atomic works on one element."""
+    monkeypatch.setenv("WORKBOOK_COMPILE", "0")  # the simulator's own message, not the compiler's
+    a, b = cuda.to_device(np.zeros((4, 3), np.float32)), cuda.to_device(np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match=r"cuda\.atomic\.add on a 2-D array given 1 index\(es\).*a tuple of 2"):
+        atomic_on_rows[1, 32](a, b)
+    assert b.copy_to_host()[0] == 1.0 and a.copy_to_host()[0, 1] == 1.0  # the first thread's right ones ran

@@ -426,8 +426,12 @@ def _compile_one(payload, argtypes, ccs):
 
         ir = None
     else:
-        library, _ = _compile_pyfunc_with_fixup(cloudpickle.loads(payload), argtypes, device=False, abi="numba",
-                                                cc=tuple(ccs[0][:2]))
+        kernel = cloudpickle.loads(payload)  # an error here is the compile's, not the kernel's
+        try:
+            library, _ = _compile_pyfunc_with_fixup(kernel, argtypes, device=False, abi="numba",
+                                                    cc=tuple(ccs[0][:2]))
+        except (TypeError, NotImplementedError) as error:  # raised by numba's typing or lowering
+            raise KernelRejected(f"{type(error).__name__} in numba's typing or lowering: {error}") from error
 
         ir = (list(library.llvm_strs), dict(library._nvvm_options))
         ptx_for = _with_nvvm_log(lambda cc: "\n".join(library.get_asm_strs(cc=cc)), *ir)
@@ -451,12 +455,19 @@ def _compile_ir(ir, needs, ccs):
                   errors_raise=False)[0]
 
 
+class KernelRejected(Exception):
+    """A plain TypeError or NotImplementedError out of numba's typing or lowering of a kernel (an
+    atomic on a 2-D array given one index): the kernel's fault, as a TypingError is."""
+
+
 def is_the_kernels_fault(error):
     """Did the compiler reject the kernel (numba's typing or lowering, NVVM), as opposed to the
     compile not being able to run here (no driver, a module that cannot be imported or pickled)?"""
     from numba.core.errors import NumbaError
     from numba.cuda.cudadrv.error import NvvmError
 
+    if isinstance(error, KernelRejected):
+        return True
     return isinstance(error, NumbaError | NvvmError) and "CudaSupportError" not in str(error)
 
 

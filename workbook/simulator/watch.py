@@ -289,10 +289,24 @@ def install():
 _SPUN_ON = ("cas", "compare_and_swap", "exch")  # what a spin lock calls until another thread lets go
 
 
+def _check_atomic_index(name, array, index):
+    """An atomic on an element needs an index for each dimension of its array, as numba's GPU typing
+    does; the simulator would otherwise take a row, and fail with a message about the row."""
+    ndim = getattr(getattr(getattr(array, "_item", None), "_ary", array), "ndim", None)
+    given = len(index) if isinstance(index, tuple) else 1
+    if ndim is not None and ndim > 1 and given != ndim:
+        raise TypeError(f"cuda.atomic.{name} on a {ndim}-D array given {given} index(es): an atomic works on one "
+                        f"element, so it needs an index for each dimension (a tuple of {ndim}); a GPU compiler "
+                        "rejects this kernel too")
+
+
 def _unreported(method):
     spun_on = method.__name__ in _SPUN_ON
+    indexed = method.__name__ != "compare_and_swap"  # the others take (array, index, ...)
 
     def atomic(*args, **kwargs):
+        if indexed and len(args) >= 3:  # (self, array, index, ...)
+            _check_atomic_index(method.__name__, *args[1:3])
         me = current()
         me.in_atomic = True
         try:
