@@ -275,8 +275,9 @@ def install():
             caller = sys._getframe(1)
             key = (caller.f_code.co_filename, caller.f_lineno)
             ary = allocations.get(key)
-            if ary is None:
+            if ary is None:  # what a read before any write finds: the same every run, and no 0xFF poison
                 ary = allocations[key] = np.empty(shape, dtype)
+                ary.reshape(-1).view(np.uint8).fill(UNWRITTEN_SHARED_BYTE)
         return SharedArray(ary) if _listeners else ary
 
     kernelapi.FakeCUDAShared.array = shared_array
@@ -286,6 +287,10 @@ def install():
             setattr(kernelapi.FakeCUDAAtomic, name, _unreported(method))
 
 
+# The bytes of a shared array before a thread writes it: a GPU leaves whatever was there, numpy's
+# np.empty whatever memory it reuses (another array's 0xFF poison, so a check said "left unwritten").
+# 0x7F: a large finite float32 (3.4e38), a large positive int; the same at every run.
+UNWRITTEN_SHARED_BYTE = 0x7F
 _SPUN_ON = ("cas", "compare_and_swap", "exch")  # what a spin lock calls until another thread lets go
 
 
