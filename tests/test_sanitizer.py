@@ -243,3 +243,62 @@ def test_a_syncthreads_some_threads_never_reach_is_named_in_strict_mode(kernel, 
     assert f"kernel '{kernel.__name__}', block (0, 0, 0)" in message and "never reached: they exited first" in message
     number = int(re.search(r"wait in syncthreads\(\) at test_sanitizer.py:(\d+)", message)[1])
     assert Path(__file__).read_text().splitlines()[number - 1].strip().startswith(line)
+
+
+@cuda.jit
+def read_then_atomic_add(counter, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = counter[0]  # a plain read of the word ...
+        cuda.atomic.add(counter, 0, 1)  # ... that other threads update atomically
+
+
+@cuda.jit
+def atomic_add_then_read(counter, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        cuda.atomic.add(counter, 0, 1)
+        out[i] = counter[0]  # the other way round: no barrier between another thread's atomic and this
+
+
+@cuda.jit
+def atomics_then_barrier_then_read(out):
+    total = cuda.shared.array(1, np.int32)
+    if cuda.threadIdx.x == 0:
+        total[0] = 0
+    cuda.syncthreads()
+    cuda.atomic.add(total, 0, 1)  # atomics among themselves: no race
+    cuda.syncthreads()  # ... and every one done before anyone reads
+    out[cuda.threadIdx.x] = total[0]
+
+
+@pytest.mark.parametrize("kernel, first, second", [
+    (read_then_atomic_add, r"updated \(cuda\.atomic\.add\)", "reads"),
+    (atomic_add_then_read, "read", r"updates \(cuda\.atomic\.add\)")])  # thread 0 reads before thread 1 adds
+def test_a_plain_access_racing_an_atomic_is_named(kernel, first, second):
+    """A GPU orders atomics only among themselves: a plain read of a word other threads update
+    atomically, with no barrier between, reads any of its values. Both threads, both lines, the word."""
+    counter, out = cuda.to_device(np.zeros(1, np.int32)), cuda.to_device(np.zeros(64, np.int32))
+    pattern = (rf"race on global array counter\[0\] in kernel '{kernel.__name__}': thread \(\d, 0, 0\) of block "
+               rf"\(0, 0, 0\) {first} it at test_sanitizer\.py:\d+, and thread \(\d, 0, 0\) of block \(0, 0, 0\) "
+               rf"{second} it at test_sanitizer\.py:\d+")
+    with sanitizing(), pytest.raises(RaceError, match=pattern):
+        kernel[2, 32](counter, out)
+
+
+def test_atomics_ordered_by_a_barrier_are_no_race():
+    out = cuda.to_device(np.zeros(64, np.int32))
+    with sanitizing():
+        atomics_then_barrier_then_read[1, 64](out)
+    assert (out.copy_to_host() == 64).all()
+    counter, out = cuda.to_device(np.zeros(1, np.int32)), cuda.to_device(np.zeros(64, np.int32))
+    with sanitizing():  # the atomic's own return value is no plain read
+        add_only_kernel[2, 32](counter, out)
+    assert sorted(out.copy_to_host()) == list(range(64))
+
+
+@cuda.jit
+def add_only_kernel(counter, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = cuda.atomic.add(counter, 0, 1)

@@ -10,8 +10,9 @@ lines, the array and the index:
 - **a race**: one thread writes a word that another thread reads or writes, with nothing between
   them that orders the two: no syncthreads() in their block, no syncwarp() in their warp, and
   between two blocks of one launch no grid.sync() (a cooperative launch's). Shared memory, and
-  global memory within a block and across blocks. Two writes of the same value are not reported (a flag every block sets to 1);
-  atomics are not accesses here.
+  global memory within a block and across blocks. Two writes of the same value are not reported (a flag every block sets to 1).
+  An atomic (`cuda.atomic.*`) and a plain read or write of the same word race too (a counter read,
+  then added to atomically, by other threads); two atomics do not.
 - **an uninitialized read**: a shared-memory word read before any thread of the block wrote it
   (on a GPU: whatever the previous block left there; the simulator's shared arrays keep the last
   block's values, so without this check such a kernel can look right).
@@ -50,7 +51,7 @@ class _Stamp:
     """Who touched a word, and when in the block's and the warp's synchronisation."""
 
     __slots__ = ("serial", "thread", "barriers", "grid_syncs", "warp", "syncs", "where", "block_idx", "thread_idx",
-                 "value")
+                 "value", "op")
 
     def __init__(self, access):
         me = access.thread
@@ -59,7 +60,7 @@ class _Stamp:
         self.grid_syncs = me.block.grid_syncs
         self.where = access  # its .where (file:line) is worked out only for a report
         self.block_idx, self.thread_idx = me.indices
-        self.value = access.value
+        self.value, self.op = access.value, access.op
 
     def same_thread(self, other):
         return self.serial == other.serial and self.thread == other.thread
@@ -77,10 +78,10 @@ class _Stamp:
 
 
 class _Word:
-    __slots__ = ("write", "reads")
+    __slots__ = ("write", "reads", "atomics")
 
     def __init__(self):
-        self.write, self.reads = None, []
+        self.write, self.reads, self.atomics = None, [], []
 
 
 class Sanitizer:
@@ -127,6 +128,11 @@ class Sanitizer:
         if uninitialized and not failed:
             raise UninitializedReadError(uninitialized)
 
+    def atomic(self, a):
+        """An atomic on a word (watch.report_atomic): it races with the plain accesses of other threads
+        that nothing orders with it, not with other atomics."""
+        self.access(a)
+
     def access(self, a):
         checked = self.checked[self.kernel] = self.checked.get(self.kernel, 0) + 1
         if self.budget is not None and checked >= self.budget and not self.stepped_aside:
@@ -160,17 +166,45 @@ class Sanitizer:
             word = self.words.get(key)
             if word is None:
                 word = self.words[key] = _Word()
-            if a.op == "ld":
+            if a.op.startswith("atomic."):
+                self._atomic(a, word, stamp)
+                if shared:
+                    self.written.add((root, serial, offset))
+            elif a.op == "ld":
                 self._read(a, word, stamp)
             else:
                 self._write(a, word, stamp)
                 if shared:
                     self.written.add((root, serial, offset))
 
+    def _atomic(self, a, word, stamp):
+        verb = f"updates (cuda.{a.op})"
+        w = word.write
+        if w is not None and not w.same_thread(stamp) and w.unordered(stamp):
+            raise _race(a, w.who("wrote"), stamp.who(verb), w, stamp)
+        for r in word.reads:
+            if not r.same_thread(stamp) and r.unordered(stamp):
+                raise _race(a, r.who("read"), stamp.who(verb), r, stamp)
+        word.atomics = self._recent(word.atomics, stamp)
+
+    def _recent(self, stamps, stamp):
+        """`stamps` with those ordered before `stamp` dropped, `stamp` added (up to MAX_READERS)."""
+        kept = [s for s in stamps if not (s.grid_syncs != stamp.grid_syncs or s.serial == stamp.serial and
+                                           (s.barriers != stamp.barriers or s.thread == stamp.thread))]
+        if len(kept) < self.MAX_READERS:
+            kept.append(stamp)
+        return kept
+
+    def _unordered_atomic(self, a, word, stamp, verb):
+        for t in word.atomics:
+            if not t.same_thread(stamp) and t.unordered(stamp):
+                raise _race(a, t.who(f"updated (cuda.{t.op})"), stamp.who(verb), t, stamp)
+
     def _read(self, a, word, stamp):
         w = word.write
         if w is not None and not w.same_thread(stamp) and w.unordered(stamp):
             raise _race(a, w.who("wrote"), stamp.who("reads"), w, stamp)
+        self._unordered_atomic(a, word, stamp, "reads")
         reads = [r for r in word.reads if not (r.grid_syncs != stamp.grid_syncs or r.serial == stamp.serial and
                                                 (r.barriers != stamp.barriers or r.thread == stamp.thread))]
         if len(reads) < self.MAX_READERS:
@@ -185,6 +219,7 @@ class Sanitizer:
         for r in word.reads:
             if not r.same_thread(stamp) and r.unordered(stamp):
                 raise _race(a, r.who("read"), stamp.who("writes"), r, stamp)
+        self._unordered_atomic(a, word, stamp, "writes")
         word.write = stamp
 
 

@@ -129,6 +129,25 @@ def report(space, op, array, index, value=None, size=None, depth=2):
         listener.access(access)
 
 
+def report_atomic(op, array, index, depth=2):
+    """Hand an atomic's element to the listeners that ask for atomics (the sanitizer: a plain access
+    and an atomic of the same word race). Its bytes are not traffic: the tracers never see it."""
+    if isinstance(array, SharedArray):
+        space, ary = "shared", array._ary
+    elif hasattr(array, "_item"):
+        space, ary = "global", array._item._ary
+    else:
+        return
+    offset = element_offset(ary, index)
+    listeners = [listener for listener in tuple(_listeners) if hasattr(listener, "atomic")]
+    if offset is None or not listeners:
+        return
+    root, base = root_of(ary)
+    access = Access(current(), space, op, root, base + offset, ary.itemsize, index, None, sys._getframe(depth))
+    for listener in listeners:
+        listener.atomic(access)
+
+
 # ---------------------------------------------------------------------------------------------
 # Bounds: always on
 
@@ -318,6 +337,8 @@ def _unreported(method):
             return method(*args, **kwargs)
         finally:
             me.in_atomic = False
+            if indexed and len(args) >= 3 and _listeners:
+                report_atomic(f"atomic.{method.__name__}", *args[1:3])
             if spun_on and hasattr(me, "block"):
                 me.block.pause(me)  # the threads of a block share one OS thread: let the holder run
 
