@@ -132,11 +132,8 @@ def report(space, op, array, index, value=None, size=None, depth=2):
 def report_atomic(op, array, index, depth=2):
     """Hand an atomic's element to the listeners that ask for atomics (the sanitizer: a plain access
     and an atomic of the same word race). Its bytes are not traffic: the tracers never see it."""
-    if isinstance(array, SharedArray):
-        space, ary = "shared", array._ary
-    elif hasattr(array, "_item"):
-        space, ary = "global", array._item._ary
-    else:
+    space, ary = _atomic_target(array)
+    if ary is None:
         return
     offset = element_offset(ary, index)
     listeners = [listener for listener in tuple(_listeners) if hasattr(listener, "atomic")]
@@ -313,10 +310,21 @@ UNWRITTEN_SHARED_BYTE = 0x7F
 _SPUN_ON = ("cas", "compare_and_swap", "exch")  # what a spin lock calls until another thread lets go
 
 
+def _atomic_target(array):
+    """(space, NumPy array) behind an atomic's array argument, or (None, None)."""
+    if isinstance(array, SharedArray):
+        return "shared", array._ary
+    if hasattr(array, "_item"):
+        return "global", array._item._ary
+    if isinstance(array, np.ndarray):  # a shared array while nothing listens
+        return "shared", array
+    return None, None
+
+
 def _check_atomic_index(name, array, index):
     """An atomic on an element needs an index for each dimension of its array, as numba's GPU typing
     does; the simulator would otherwise take a row, and fail with a message about the row."""
-    ndim = getattr(getattr(getattr(array, "_item", None), "_ary", array), "ndim", None)
+    ndim = getattr(_atomic_target(array)[1], "ndim", None)
     given = len(index) if isinstance(index, tuple) else 1
     if ndim is not None and ndim > 1 and given != ndim:
         raise TypeError(f"cuda.atomic.{name} on a {ndim}-D array given {given} index(es): an atomic works on one "
@@ -334,13 +342,14 @@ def _unreported(method):
         me = current()
         me.in_atomic = True
         try:
-            return method(*args, **kwargs)
+            old = method(*args, **kwargs)
         finally:
             me.in_atomic = False
-            if indexed and len(args) >= 3 and _listeners:
-                report_atomic(f"atomic.{method.__name__}", *args[1:3])
             if spun_on and hasattr(me, "block"):
                 me.block.pause(me)  # the threads of a block share one OS thread: let the holder run
+        if indexed and len(args) >= 3 and _listeners:
+            report_atomic(f"atomic.{method.__name__}", *args[1:3])
+        return old
 
     atomic.__name__ = method.__name__
     return atomic
