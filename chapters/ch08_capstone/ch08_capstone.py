@@ -394,7 +394,8 @@ chapter.savefig(timeline.figure(step_timelines, f"training step, batch {BATCH}, 
 #
 # The weight gradient is the new tensor-core kernel: dw = dy^T X, its depth the N·P·Q positions.
 # Both operands are channels last, rows of positions in shared memory; the mma wants pairs along
-# the depth, down those columns, which ldmatrix's `.trans` hands out for A and B alike.
+# the depth, down those columns, which ldmatrix's `.trans` hands out for A and B alike. Its loop is
+# chapter 09's `make_mainloop`; the kernel passes its copies (`H.issue`), fragments and multiply.
 
 # %%
 from chapters.ch08_capstone import half as H  # noqa: E402

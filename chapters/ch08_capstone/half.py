@@ -20,7 +20,7 @@ from numba import cuda, float32, int32, uint32
 
 from workbook.inputs import require, sm_count
 from workbook.launch import LaunchCache, cdiv
-from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4_trans, mma_f16
+from workbook.tensor_cores import cp_async16, ldmatrix_x4_trans, make_mainloop, mma_f16
 
 from chapters.ch04_implicit_gemm.kernels import conv_geometry
 
@@ -180,17 +180,20 @@ WGRAD_THREADS = 32 * WARPS
 DY_PITCH, X_PITCH = BM + CHUNK, BN + CHUNK  # halves a row of each tile takes in shared memory
 DY_STAGE, X_STAGE = BK * DY_PITCH, BK * X_PITCH
 STAGES = 3  # steps in flight: 43 KB of shared memory
-WAIT_FOR = STAGES - 1  # copy groups still in flight after a wait: the later steps already issued
 DY_TILES, X_TILES = STAGES * DY_STAGE, STAGES * X_STAGE  # numba sizes shared arrays from constants
 DY_CHUNKS, X_CHUNKS = BM // CHUNK // 2, BN // CHUNK // 2  # a thread's chunks of its row: 2 of dy, 4 of X
+A_REGISTERS, B_REGISTERS = 16, 8  # a warp's fragments of half a stage (two k16 slices), a thread's share
 BLOCKS_PER_SM = 1  # blocks the depth split aims at per SM (2 measured slower on an H100: more atomics)
 
 
 @cuda.jit(device=True)
-def issue_step(x, dy, dy_s, x_s, stage, m, M, Kp, H, W, Cp, PQ, Q, sh, sw, ph, pw, row, half, k0, taps):
-    """cp.async of this thread's share of a step: row `row` (position m) of both tiles, half `half`
-    of it (2 chunks of dy, 4 of X), zeros past the edges and in the padding. The position is decoded
-    once for its 6 chunks; each X chunk's tap (r*dh, s*dw, c) was worked out before the loop."""
+def issue(operands, state, stage, step):
+    """cp.async of this thread's share of step `step` of the block's slice (make_mainloop's issue):
+    row `row` (a position m) of both tiles, half `half` of it (2 chunks of dy, 4 of X), zeros past
+    the edges and in the padding. The position is decoded once for its 6 chunks; each X chunk's tap
+    (r*dh, s*dw, c) was worked out before the loop."""
+    x, dy, dy_s, x_s, M, Kp, H, W, Cp, PQ, Q, sh, sw, ph, pw, row, half, k0, taps, first, lane, wn = operands
+    m = (first + step) * BK + row
     # unsigned 32-bit division: numba's signed // keeps Python's floor rounding, a dozen
     # instructions more, and a 64-bit one more still (positions are < 2^31: wgrad_half checks)
     n = uint32(m) // uint32(PQ)
@@ -209,26 +212,47 @@ def issue_step(x, dy, dy_s, x_s, stage, m, M, Kp, H, W, Cp, PQ, Q, sh, sw, ph, p
         ok = inside and taps[2, e] >= 0 and 0 <= h and h < H and 0 <= v and v < W
         cp_async16(x_s, stage * X_STAGE + row * X_PITCH + (half * X_CHUNKS + e) * CHUNK, x,
                    ((n * H + h) * W + v) * Cp + taps[2, e] if ok else 0, 16 if ok else 0)
+    return state
 
 
 @cuda.jit(device=True)
-def multiply_step(dy_s, x_s, stage, lane, wn, acc):
-    """The warp's 2 x 2 mma tiles over the step's 64 positions (four k16 slices). Lane L addresses
-    row L % 8 of 8x8 matrix L / 8. A = dy^T (16 k x 16 m): matrices (k 0-7, m 0-7), (k 8-15, m 0-7),
-    (k 0-7, m 8-15), (k 8-15, m 8-15), stored as rows of m. B = X (16 m x 8 cols), two n8 tiles:
-    (m 0-7, cols 0-7), (m 8-15, cols 0-7), then cols 8-15."""
+def fragments(operands, stage, half, a, b):
+    """The warp's fragments of half `half` of a stage: positions 32 half .. + 31, two k16 slices
+    (make_mainloop's fragments). Lane L addresses row L % 8 of 8x8 matrix L / 8.
+    A = dy^T (16 k x 16 m): matrices (k 0-7, m 0-7), (k 8-15, m 0-7), (k 0-7, m 8-15),
+    (k 8-15, m 8-15), stored as rows of m; a[(2 slice + i) * 4 ..] its m16 tile i.
+    B = X (16 m x 8 cols), two n8 tiles: (m 0-7, cols 0-7), (m 8-15, cols 0-7), then cols 8-15;
+    b[4 slice ..]."""
+    dy_s, x_s, lane, wn = operands[2], operands[3], operands[20], operands[21]
     matrix, row = lane >> 3, lane & 7
-    for kk in range(BK // 16):
+    for s in range(2):
+        kk = 2 * half + s
         a_at = stage * DY_STAGE + (16 * kk + (matrix // 2) * 8 + row) * DY_PITCH + (matrix % 2) * 8
         b_at = stage * X_STAGE + (16 * kk + (matrix % 2) * 8 + row) * X_PITCH + wn + (matrix // 2) * 8
-        b = ldmatrix_x4_trans(x_s, b_at)
+        regs = ldmatrix_x4_trans(x_s, b_at)
+        for q in range(4):
+            b[4 * s + q] = regs[q]
         for i in range(2):
-            a = ldmatrix_x4_trans(dy_s, a_at + 16 * i)
+            regs = ldmatrix_x4_trans(dy_s, a_at + 16 * i)
+            for q in range(4):
+                a[(2 * s + i) * 4 + q] = regs[q]
+
+
+@cuda.jit(device=True)
+def multiply(a, b, acc):
+    """acc += A x B for the warp's 2 x 2 mma tiles over two k16 slices (make_mainloop's multiply)."""
+    for s in range(2):
+        for i in range(2):
             for j in range(2):
                 base = (2 * i + j) * 4
-                d = mma_f16(a, (b[2 * j], b[2 * j + 1]), (acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
+                d = mma_f16((a[(2 * s + i) * 4], a[(2 * s + i) * 4 + 1], a[(2 * s + i) * 4 + 2], a[(2 * s + i) * 4 + 3]),
+                            (b[4 * s + 2 * j], b[4 * s + 2 * j + 1]),
+                            (acc[base], acc[base + 1], acc[base + 2], acc[base + 3]))
                 for q in range(4):
                     acc[base + q] = d[q]
+
+
+mainloop = make_mainloop(issue, fragments, multiply, STAGES)
 
 
 @cuda.jit
@@ -241,6 +265,8 @@ def wgrad_half_kernel(x, dy, dw, H, W, Cp, PQ, Q, sh, sw, ph, pw, dh, dv, Kp):
     dy_s = cuda.shared.array(DY_TILES, np.float16)
     x_s = cuda.shared.array(X_TILES, np.float16)
     acc = cuda.local.array(16, float32)
+    a0, a1 = cuda.local.array(A_REGISTERS, uint32), cuda.local.array(A_REGISTERS, uint32)
+    b0, b1 = cuda.local.array(B_REGISTERS, uint32), cuda.local.array(B_REGISTERS, uint32)
     for i in range(16):
         acc[i] = 0
     tid = cuda.threadIdx.x
@@ -258,23 +284,8 @@ def wgrad_half_kernel(x, dy, dw, H, W, Cp, PQ, Q, sh, sw, ph, pw, dh, dv, Kp):
     per_slice = (steps + cuda.gridDim.z - 1) // cuda.gridDim.z
     first = cuda.blockIdx.z * per_slice
     last = min(steps, first + per_slice)
-    for s in range(STAGES - 1):  # the prologue: the first steps' copies in flight
-        if first + s < last:
-            issue_step(x, dy, dy_s, x_s, s, (first + s) * BK + row, M, Kp, H, W, Cp, PQ, Q, sh, sw, ph, pw, row, half,
-                       k0, taps)
-        cp_async_commit()  # a group per step, empty or not, so that the count below stays right
-    read, write = 0, STAGES - 1
-    for step in range(first, last):
-        if step + STAGES - 1 < last:  # a later step's copies, into the stage read one step ago
-            issue_step(x, dy, dy_s, x_s, write, (step + STAGES - 1) * BK + row, M, Kp, H, W, Cp, PQ, Q, sh, sw, ph,
-                       pw, row, half, k0, taps)
-        cp_async_commit()
-        cp_async_wait(WAIT_FOR)  # this step's copies have landed (the later steps' may still fly) ...
-        cuda.syncthreads()  # ... everyone's
-        multiply_step(dy_s, x_s, read, lane, wn, acc)
-        cuda.syncthreads()  # every warp is done with this stage before a later step refills it
-        read = read + 1 if read < STAGES - 1 else 0
-        write = write + 1 if write < STAGES - 1 else 0
+    mainloop((x, dy, dy_s, x_s, M, Kp, H, W, Cp, PQ, Q, sh, sw, ph, pw, row, half, k0, taps, first, lane, wn), 0,
+             last - first, acc, a0, a1, b0, b1)
     g, t = lane >> 2, lane & 3
     for i in range(2):
         for j in range(2):

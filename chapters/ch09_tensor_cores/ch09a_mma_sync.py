@@ -126,8 +126,8 @@ workbook.show(naive.gemm_f16_naive)
 # step k's copies, sync, multiply; the stage step k-1 used is refilled while the first half of the
 # step's mma run (after the barrier, so that no warp still reads it).
 #
-# That loop is written once, `tc.make_mainloop`, for the chapter's mma.sync GEMMs and part b's
-# convolution: a kernel passes only how it copies a step into a stage (`issue`), how a warp loads a
+# That loop is written once, `tc.make_mainloop`, for the chapter's mma.sync GEMMs, part b's
+# convolution, chapter 08's weight gradient and chapter 11's sparse convolution: a kernel passes only how it copies a step into a stage (`issue`), how a warp loads a
 # half step's fragments, and its mma. Below, the copies, the loop, then the FP16 GEMM that packs its
 # arrays for it.
 

@@ -294,14 +294,16 @@ else:
 # pipelined GEMM feeds it: a step is one tap and 64 channels; cp.async copies the step's A tile
 # (the block's 64 source rows, gathered through the pair table: a missing neighbour's copy reads 0
 # bytes and zero-fills) and the tap's weights (stored transposed, a row per output channel) into
-# shared memory, the next step's while this one is multiplied; the warps read their fragments with
-# ldmatrix from a swizzled layout, and each owns 16 output rows by all the output channels. The features and
-# weights are rounded to FP16 once, before the layer; the sums stay FP32, and the check is against
-# the reference of the rounded values. Beside it, torch's gather-GEMM-scatter in FP16 (its products
+# shared memory, the next two steps' while this one is multiplied; the warps read their fragments
+# with ldmatrix from a swizzled layout, and each owns 16 output rows by all the output channels. The
+# loop is chapter 09's `make_mainloop`: this chapter passes only its copies (`tensor.issue`, which
+# carries the step's tap and channels to the next copy), its fragments and its multiply. The
+# features and weights are rounded to FP16 once, before the layer; the sums stay FP32, and the check
+# is against the reference of the rounded values. Beside it, torch's gather-GEMM-scatter in FP16 (its products
 # in FP16, summed in float32).
 
 # %%
-workbook.show(tensor.tensor_kernel)
+workbook.show(tensor.make_tensor_kernel)
 
 # %%
 on_tensor_cores = tensor.TensorImplicitGemm(pairs)

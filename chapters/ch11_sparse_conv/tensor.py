@@ -10,7 +10,9 @@ tensor cores:
   copied into shared memory by cp.async, 16 bytes a copy, without passing through registers. The
   gather is in the copies: row r's chunks come from its source row through the pair table, and a
   missing neighbour's are zero-filled (a copy of 0 bytes). While the warps multiply one step, the
-  next is being copied, and the pair-table entries of the one after are being loaded;
+  next two are being copied, and the pair-table entries of the one after are being loaded;
+- the loop is chapter 09's, written once (workbook.tensor_cores.make_mainloop): this file passes its
+  copies, fragments and multiply, the step's position (tap, channels) carried from copy to copy;
 - the warps read their fragments with ldmatrix from a swizzled layout (16-byte chunk c of row r at
   chunk c XOR r % 8: the 8 rows a matrix reads lie on 8 different bank groups), then one mma per
   n-tile and 16 channels.
@@ -19,12 +21,12 @@ exact in FP32, so the check is against the reference of the rounded values. A bl
 the OR of its BM rows' masks, rows grouped as implicit.py's are (grouping.py)."""
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, uint32
 
 from workbook import ON_GPU, capability
 from workbook.inputs import require
 from workbook.memory import aligned
-from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_f16, swizzled_chunk_128
+from workbook.tensor_cores import cp_async16, ldmatrix_x4, make_mainloop, mma_f16, swizzled_chunk_128
 from workbook.launch import cdiv
 
 from . import grouping
@@ -40,11 +42,12 @@ BKC = 64  # channels a step: 128 bytes of a row, 8 chunks of 16 bytes
 CHUNKS = BKC // 8
 ROWS_APART = THREADS // CHUNKS  # rows between one thread's copies (a thread copies chunk tid % 8 of its rows)
 A_COPIES, B_COPIES = BM * CHUNKS // THREADS, 8 * MAX_TILES * CHUNKS // THREADS  # chunks a thread copies a step
-STAGES = 2  # stages of 16 KB: one multiplied while the next is copied (3 measured no faster: EXPERIMENTS.md)
-WAIT_FOR = max(STAGES - 2, 0)  # copy groups left in flight by a wait (a constant: wait_group takes no register)
+STAGES = 3  # stages of 16 KB, 48 KB in all: the mainloop refills a stage half a step in, so with 2 the
+# copies had only half a step to land (16% slower: EXPERIMENTS.md)
 A_STAGE, B_STAGE = BM * BKC, 8 * MAX_TILES * BKC
-A_SHARED, B_SHARED = STAGES * A_STAGE, STAGES * B_STAGE  # numba sizes arrays from plain names
 SUMS = 4 * MAX_TILES
+A_REGISTERS = 8  # a warp's A fragments of half a stage (two k16 slices), a thread's share
+ALL_TAPS = (1 << TAPS) - 1
 ZERO = float32(0)
 
 
@@ -91,69 +94,105 @@ def issue_step(x16, wt16, srcs, k, c0, stage, tid, a_s, b_s):
         cp_async16(b_s, stage * B_STAGE + swizzled(n, chunk), wt16, (k * K + n) * C + c if ok else 0, 16 if ok else 0)
 
 
-@cuda.jit
-def tensor_kernel(x16, wt16, neighbours, order, tile_masks, out):
-    """out[order[r], :] for the block's BM rows. x16 (inputs, C) float16; wt16 (27, K, C) float16, the
-    weights transposed; neighbours (N, 27), order (N,), tile_masks (row tiles,) as implicit.py's;
-    out (N, K) float32."""
-    N, C, K = neighbours.shape[0], x16.shape[1], out.shape[1]
-    tid = cuda.threadIdx.x
-    lane, warp = tid % 32, tid // 32
-    g, t = lane // 4, lane % 4
-    a_s = cuda.shared.array(A_SHARED, np.float16)
-    b_s = cuda.shared.array(B_SHARED, np.float16)
-    acc = cuda.local.array(SUMS, float32)
-    rows = cuda.local.array(A_COPIES, int32)
-    srcs = cuda.local.array(A_COPIES, int32)
-    for i in range(SUMS):
-        acc[i] = ZERO
-    row0 = cuda.blockIdx.x * BM
-    for i in range(A_COPIES):  # the rows this thread copies A for: the same at every step
-        r = row0 + tid // CHUNKS + ROWS_APART * i
-        rows[i] = order[r] if r < N else -1
-    tiles = (K + 7) // 8
-    taps = tile_masks[cuda.blockIdx.x]
-    k_in, c_in = next_tap(taps, -1), 0  # the next step to copy
-    if k_in < TAPS:
-        sources(neighbours, rows, k_in, srcs)
-    for stage in range(STAGES - 1):  # the first steps' copies in flight
-        if k_in < TAPS:
-            issue_step(x16, wt16, srcs, k_in, c_in, stage, tid, a_s, b_s)
-            k_in, c_in = advance(taps, k_in, c_in, C)
-            if k_in < TAPS:
-                sources(neighbours, rows, k_in, srcs)
-        cp_async_commit()  # a group a step, empty or not, so that the wait below counts right
-    k, c0 = next_tap(taps, -1), 0  # the step to multiply
-    read, write = 0, STAGES - 1
-    while k < TAPS:
-        cp_async_wait(WAIT_FOR)  # this thread's copies of step `read` have landed ...
-        cuda.syncthreads()  # ... and everyone's; and every warp is done with the stage refilled next
-        if k_in < TAPS:
-            issue_step(x16, wt16, srcs, k_in, c_in, write, tid, a_s, b_s)
-            k_in, c_in = advance(taps, k_in, c_in, C)
-            if k_in < TAPS:  # the next copies' sources: in flight while this step is multiplied
-                sources(neighbours, rows, k_in, srcs)
-        cp_async_commit()
-        for kk in range(CHUNKS // 2):  # 16 channels at a time
-            a = ldmatrix_x4(a_s, read * A_STAGE + swizzled(16 * warp + lane % 16, 2 * kk + lane // 16))
-            for j in range(0, MAX_TILES, 2):  # two n-tiles a load: (j, low k), (j, high k), (j + 1, ...)
-                if j < tiles:  # the same for the whole warp
-                    m = lane // 8
-                    b = ldmatrix_x4(b_s, read * B_STAGE + swizzled(8 * (j + m // 2) + lane % 8, 2 * kk + m % 2))
-                    d = mma_f16(a, (b[0], b[1]), (acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]))
-                    acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3] = d
-                    d = mma_f16(a, (b[2], b[3]), (acc[4 * j + 4], acc[4 * j + 5], acc[4 * j + 6], acc[4 * j + 7]))
-                    acc[4 * j + 4], acc[4 * j + 5], acc[4 * j + 6], acc[4 * j + 7] = d
-        read = read + 1 if read < STAGES - 1 else 0
-        write = write + 1 if write < STAGES - 1 else 0
-        k, c0 = advance(taps, k, c0, C)
-    r_lo = row0 + 16 * warp + g  # C register q: row g + 8 (q // 2), column 2t + q % 2 of n-tile n
-    for n in range(MAX_TILES):
-        for q in range(4):
-            r = r_lo + 8 if q >= 2 else r_lo
-            column = n * 8 + 2 * t + q % 2
-            if n < tiles and r < N and column < K:
-                out[order[r], column] = acc[4 * n + q]
+@cuda.jit(device=True, inline=True)
+def issue(operands, state, stage, step):
+    """make_mainloop's issue: the copies of the step at `state` (tap, first channel), then the
+    pair-table entries of the step after, which fly while this step is multiplied. Steps come in
+    order, so the position is carried, not decoded from `step`."""
+    x16, wt16, neighbours, rows, srcs, taps, tid, a_s, b_s = operands
+    k, c0 = state
+    issue_step(x16, wt16, srcs, k, c0, stage, tid, a_s, b_s)
+    k, c0 = advance(taps, k, c0, x16.shape[1])
+    if k < TAPS:
+        sources(neighbours, rows, k, srcs)
+    return k, c0
+
+
+def make_tensor_kernel(tiles, stages=None):
+    """The kernel for K up to 8 * tiles output channels (tiles even: ldmatrix loads two n-tiles
+    of B at a time), written on chapter 09's mainloop (workbook.tensor_cores.make_mainloop): this
+    file passes its copies (`issue`), its fragments and its multiply. A half of a stage is two k16
+    slices (32 channels): A's fragments 8 registers, B's 4 a slice and n-tile pair."""
+    stages = STAGES if stages is None else stages
+    b_registers = 2 * 2 * tiles
+    a_shared, b_shared = stages * A_STAGE, stages * B_STAGE
+
+    @cuda.jit(device=True, inline=True)
+    def fragments(operands, stage, half, a, b):
+        """The warp's fragments of channels 32 half .. + 31 of a stage: a[4 s ..] its A rows' k16
+        slice s, b[(s * tiles + j) * 2 ..] n-tile j's."""
+        a_s, b_s, tid = operands[7], operands[8], operands[6]
+        lane, warp = tid % 32, tid // 32
+        m = lane // 8
+        for s in range(2):
+            kk = 2 * half + s
+            regs = ldmatrix_x4(a_s, stage * A_STAGE + swizzled(16 * warp + lane % 16, 2 * kk + lane // 16))
+            for q in range(4):
+                a[4 * s + q] = regs[q]
+            for j in range(0, tiles, 2):  # two n-tiles a load: (j, low k), (j, high k), (j + 1, ...)
+                regs = ldmatrix_x4(b_s, stage * B_STAGE + swizzled(8 * (j + m // 2) + lane % 8, 2 * kk + m % 2))
+                for q in range(4):
+                    b[(s * tiles + j) * 2 + q] = regs[q]
+
+    @cuda.jit(device=True, inline=True)
+    def multiply(a, b, acc):
+        for s in range(2):
+            for j in range(tiles):
+                d = mma_f16((a[4 * s], a[4 * s + 1], a[4 * s + 2], a[4 * s + 3]),
+                            (b[(s * tiles + j) * 2], b[(s * tiles + j) * 2 + 1]),
+                            (acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]))
+                acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3] = d
+
+    mainloop = make_mainloop(issue, fragments, multiply, stages)
+
+    @cuda.jit
+    def tensor_kernel(x16, wt16, neighbours, order, tile_masks, out):
+        """out[order[r], :] for the block's BM rows. x16 (inputs, C) float16; wt16 (27, K, C) float16,
+        the weights transposed; neighbours (N, 27), order (N,), tile_masks (row tiles,) as
+        implicit.py's; out (N, K) float32."""
+        N, C, K = neighbours.shape[0], x16.shape[1], out.shape[1]
+        tid = cuda.threadIdx.x
+        lane, warp = tid % 32, tid // 32
+        g, t = lane // 4, lane % 4
+        a_s = cuda.shared.array(a_shared, np.float16)
+        b_s = cuda.shared.array(b_shared, np.float16)
+        acc = cuda.local.array(SUMS, float32)
+        a0, a1 = cuda.local.array(A_REGISTERS, uint32), cuda.local.array(A_REGISTERS, uint32)
+        b0, b1 = cuda.local.array(b_registers, uint32), cuda.local.array(b_registers, uint32)
+        rows = cuda.local.array(A_COPIES, int32)
+        srcs = cuda.local.array(A_COPIES, int32)
+        for i in range(SUMS):
+            acc[i] = ZERO
+        row0 = cuda.blockIdx.x * BM
+        for i in range(A_COPIES):  # the rows this thread copies A for: the same at every step
+            r = row0 + tid // CHUNKS + ROWS_APART * i
+            rows[i] = order[r] if r < N else -1
+        taps = tile_masks[cuda.blockIdx.x]
+        first = next_tap(taps, -1)
+        if first < TAPS:
+            sources(neighbours, rows, first, srcs)
+        steps = cuda.popc(taps & ALL_TAPS) * ((C + BKC - 1) // BKC)  # a step: a tap's BKC channels
+        mainloop((x16, wt16, neighbours, rows, srcs, taps, tid, a_s, b_s), (first, 0), steps, acc, a0, a1, b0, b1)
+        r_lo = row0 + 16 * warp + g  # C register q: row g + 8 (q // 2), column 2t + q % 2 of n-tile n
+        for n in range(tiles):
+            for q in range(4):
+                r = r_lo + 8 if q >= 2 else r_lo
+                column = n * 8 + 2 * t + q % 2
+                if r < N and column < K:
+                    out[order[r], column] = acc[4 * n + q]
+
+    return tensor_kernel
+
+
+_KERNELS = {}
+
+
+def tensor_kernel(out_channels):
+    """The kernel for `out_channels` (K), made once for each even number of n-tiles."""
+    tiles = 2 * cdiv(out_channels, 16)
+    if tiles not in _KERNELS:
+        _KERNELS[tiles] = make_tensor_kernel(tiles)
+    return _KERNELS[tiles]
 
 
 @cuda.jit
@@ -208,5 +247,5 @@ class TensorImplicitGemm:
         if wt16.shape[0] != TAPS:
             raise ValueError(f"wt16 has shape {tuple(wt16.shape)}, expected ({TAPS}, K, C)")
         out = require(out, "out", dtype=np.float32, shape=(m.neighbours.shape[0], K))
-        tensor_kernel[cdiv(out.shape[0], BM), THREADS, stream](x16, wt16, m.neighbours, m.order, m.tile_masks, out)
+        tensor_kernel(K)[cdiv(out.shape[0], BM), THREADS, stream](x16, wt16, m.neighbours, m.order, m.tile_masks, out)
         return out

@@ -22,9 +22,7 @@ if "TC" in os.environ:  # before the first compile: the kernel reads these as co
     tc.WARPS, tc.STAGES, tc.BM, tc.THREADS = warps, stages, 16 * warps, 32 * warps
     tc.ROWS_APART = tc.THREADS // tc.CHUNKS
     tc.A_COPIES, tc.B_COPIES = tc.BM * tc.CHUNKS // tc.THREADS, 8 * tc.MAX_TILES * tc.CHUNKS // tc.THREADS
-    tc.WAIT_FOR = max(stages - 2, 0)
     tc.A_STAGE, tc.B_STAGE = tc.BM * tc.BKC, 8 * tc.MAX_TILES * tc.BKC
-    tc.A_SHARED, tc.B_SHARED = stages * tc.A_STAGE, stages * tc.B_STAGE
 coords = scan.voxelize(scan.lidar_scan(*((256, 4096) if workbook.ON_GPU else (3, 48))))
 N, C = len(coords), 64
 x, w = ref.features(N, C), ref.weights(C, C)
