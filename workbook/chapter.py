@@ -151,7 +151,7 @@ class Chapter:
         """A measured figure, for the chapter's closing figures (see `show_figures`).
 
         name: a bar's text (its measured value, or field "p25"/"p75" for its spread), a record's key
-        (with `variant`: one of its values), or a case's key with `variant`: that row's `field`
+        (with `variant`: one of its values; an int `field` indexes a series), or a case's key with `variant`: that row's `field`
         (median_ms, gbps, tflops, fraction_of_ceiling, host_us, latency_us, speedup_vs_first,
         speedup_vs_baseline). `size` (the start of the case's size text) picks one of the cases that
         share a key (the points of a sweep, the layers of a split).
@@ -164,7 +164,8 @@ class Chapter:
                 return bar["measured"]
         if name in source["records"]:
             values = source["records"][name]
-            return values if variant is None else values[variant]
+            values = values if variant is None else values[variant]
+            return values[field] if isinstance(field, int) else values  # a series' point: field -1, its last
         cases = [c for c in source["cases"] if c["key"] == name and (size is None or c["size"].startswith(size))]
         if not cases:
             known = sorted({c["key"] for c in source["cases"]} | {b["what"] for b in source["bars"]}
@@ -179,25 +180,37 @@ class Chapter:
 
     def show_figures(self, figures):
         """The measured figures a chapter's closing bullets point to, a row each, so that the bullets
-        themselves hold no figure that could age: {label: (format, read)}, read() returning the
-        figure (self.figure(...) calls, or a ratio of two), format a str.format spec ("{:.1f} ms").
-        From this run on a GPU, from the stored GPU run in the simulator; a figure neither has reads
-        "not measured here" (a GPU without the instruction, a run without torch)."""
+        themselves hold no figure that could age: {label: (format, *figures)}, format a str.format
+        spec ("{:.1f} / {:.1f} ms") and each figure one of
+            ("case", "variant", "field")   self.figure's arguments (a str alone: a bar or a record)
+            chapter.ratio(a, b)            figure a / figure b, each as above
+            a function of no arguments     anything else (a record's last value, a count)
+        From this run on a GPU, from the stored GPU run in the simulator; a row whose figures are not
+        all there reads "not measured here" (a GPU without the instruction, a run without torch)."""
         try:
             stamp = self.figures_source()["stamp"]
             origin = ("this run" if ON_GPU else "the stored run") + f" on {stamp['device']}, {stamp['date'][:10]}"
         except LookupError:
             origin = "no GPU run yet"
         rows = []
-        for label, (spec, read) in figures.items():
+        for label, (spec, *wanted) in figures.items():
             try:
-                rows.append((label, spec.format(read())))
+                rows.append((label, spec.format(*(self._read(w) for w in wanted))))
             except (LookupError, TypeError, ZeroDivisionError):
                 rows.append((label, "not measured here"))
         width = max(len(label) for label, _ in rows) if rows else 0
         print(f"Figures from {origin}:")
         for label, value in rows:
             print(f"  {label:<{width}}  {value}")
+
+    def ratio(self, a, b):
+        """A figure for show_figures: figure a / figure b (each a figure's arguments, or a function)."""
+        return lambda: self._read(a) / self._read(b)
+
+    def _read(self, wanted):
+        if callable(wanted):
+            return wanted()
+        return self.figure(*((wanted,) if isinstance(wanted, str) else wanted))
 
     def show_stored(self, key):
         """Print the stored GPU result for case `key`, if the repository has one."""

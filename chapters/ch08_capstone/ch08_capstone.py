@@ -35,10 +35,9 @@
 #   itself checked by finite differences;
 # - what a step costs end to end, GPU and host, against the same network in torch.
 #
-# Without a GPU, this notebook checks one step of a tiny network in the simulator and trains it
-# for one step; the full training (and the race against torch) is shown from the stored run of the
-# reference GPU.
-# The data is scikit-learn's digits (`pip install -e ".[capstone]"`): 1,797 images of 8x8 pixels.
+# Without a GPU the notebook checks and trains a tiny network for one step, and shows the full
+# training from the reference GPU's stored run. The data is scikit-learn's digits
+# (`pip install -e ".[capstone]"`): 1,797 images of 8x8 pixels.
 
 # %%
 # %load_ext autoreload
@@ -48,8 +47,8 @@ import numpy as np
 import workbook
 from workbook import bench, capability, cuda, host, timeline
 
-from chapters.ch02_dropout import kernels as drop
 from chapters.ch04_implicit_gemm import kernels as conv
+from chapters.ch08_capstone import gradcheck, training
 from chapters.ch08_capstone import layers as L
 from chapters.ch08_capstone import network as nw
 
@@ -120,9 +119,7 @@ d_x, d_w, d_dy = cuda.to_device(x_c), cuda.to_device(w_c), cuda.to_device(dy_c)
 dx_out, dw_out = cuda.device_array_like(d_x), cuda.device_array_like(d_w)
 run_dgrad = lambda: L.conv2d_dgrad(d_dy, d_w, dx_out, padding=1, tile=nw.CAPSTONE_TILE)  # noqa: E731
 run_wgrad = lambda: L.conv2d_wgrad(d_x, d_dy, dw_out, padding=1)  # noqa: E731
-# a GPU compiles both gradients' kernels side by side, and the forward convolution's (the data
-# gradient's second launch) beside them, while this thread computes the float64 references; the
-# comparisons check the outputs of these calls
+# both gradients' kernels and the forward's compile side by side while the references are computed
 warming = host.in_background(bench.warm_up, [run_dgrad, run_wgrad, lambda: conv.conv2d_implicit(
     d_x, d_w, cuda.device_array(g.out_shape, np.float32), padding=1, tile=nw.CAPSTONE_TILE)],
     keep=[run_dgrad, run_wgrad])
@@ -130,21 +127,19 @@ dx_ref, dw_ref = L.conv2d_backward_reference(x_c, w_c, dy_c, 1, 1, 1)
 warming.result()
 rtol, atol = conv.tolerance(g.gemm_depth)
 flops = 2.0 * g.K * g.gemm_depth * g.gemm_columns  # one multiply-add per (output, c, r, s), as the forward
-baselines = {}
+dgrad_torch, wgrad_torch = {}, {}
 if torch is not None:
     t_x, t_w, t_dy = (bench.torch_view(a) for a in (d_x, d_w, d_dy))
-    baselines["torch conv2d_input (cuDNN)"] = lambda: torch.nn.grad.conv2d_input(t_x.shape, t_w, t_dy, padding=1)
-dgrad = chapter.compare("conv dgrad", {"flipped filters + implicit GEMM": run_dgrad},
-                        reference=dx_ref.astype(np.float32), baselines=baselines, flops=flops,
-                        size=f"N={g.N} C=K={g.K} 8x8 3x3",
-                        check=lambda out, ref, name: workbook.assert_close(out, ref, rtol=rtol, atol=atol, name=name))
-if torch is not None:
-    baselines = {"torch conv2d_weight (cuDNN)": lambda: torch.nn.grad.conv2d_weight(t_x, t_w.shape, t_dy, padding=1)}
-wgrad = chapter.compare("conv wgrad", {"split-K implicit GEMM": run_wgrad},
-                        reference=dw_ref.astype(np.float32), baselines=baselines, flops=flops,
-                        size=f"N={g.N} C=K={g.K} 8x8 3x3, {L.wgrad_slices(g)} depth slices",
-                        check=lambda out, ref, name: workbook.assert_close(
-                            out, ref, rtol=1e-4, atol=2e-6 * g.N * g.P * g.Q + 1e-5, name=name))
+    dgrad_torch["torch conv2d_input (cuDNN)"] = lambda: torch.nn.grad.conv2d_input(t_x.shape, t_w, t_dy, padding=1)
+    wgrad_torch["torch conv2d_weight (cuDNN)"] = lambda: torch.nn.grad.conv2d_weight(t_x, t_w.shape, t_dy, padding=1)
+chapter.compare("conv dgrad", {"flipped filters + implicit GEMM": run_dgrad}, reference=dx_ref.astype(np.float32),
+                baselines=dgrad_torch, flops=flops, size=f"N={g.N} C=K={g.K} 8x8 3x3",
+                check=lambda out, ref, name: workbook.assert_close(out, ref, rtol=rtol, atol=atol, name=name))
+chapter.compare("conv wgrad", {"split-K implicit GEMM": run_wgrad}, reference=dw_ref.astype(np.float32),
+                baselines=wgrad_torch, flops=flops,
+                size=f"N={g.N} C=K={g.K} 8x8 3x3, {L.wgrad_slices(g)} depth slices",
+                check=lambda out, ref, name: workbook.assert_close(out, ref, rtol=1e-4,
+                                                                   atol=2e-6 * g.N * g.P * g.Q + 1e-5, name=name))
 
 # %% [markdown]
 # The dot-product test, which needs no reference at all: for any x and dy,
@@ -188,53 +183,30 @@ check_batch, check_width, p_check = workbook.size(gpu=8, sim=3), workbook.size(g
 check_params = nw.init_parameters(check_width, seed=3)
 x_small = rng.standard_normal((check_batch, 1, 8, 8), dtype=np.float32)
 t_small = rng.integers(0, nw.CLASSES, check_batch).astype(np.int32)
-# a GPU compiles the step's kernels side by side first, on a network of the same shapes (a step is a
-# chain of launches, each compiling its kernel when it comes to it)
+# a GPU compiles the step's kernels side by side first, on a network of the same shapes
 workbook.warm_up(nw.Network(check_params, check_batch, p_drop=p_check).warm_ups())
 small = nw.Network(check_params, check_batch, p_drop=p_check, seed=99)
 small.set_step(7)  # the dropout offset: counter[0]
 small.load_batch(x_small, t_small)
 small.forward()
 small.backward()
-keep = drop.keep_reference(check_batch * check_width, p_check, 99, 7).reshape(check_batch, check_width)
-loss_ref, grads_ref = nw.reference_loss_and_grads(check_params, x_small, t_small, keep, p_check)
-
-# finite differences on the float64 reference: a few coordinates of every parameter
-fd_worst = 0.0
-for name, value in check_params.items():
-    for index in list(np.ndindex(value.shape))[:: max(1, value.size // 3)][:3]:
-        plus, minus = dict(check_params), dict(check_params)
-        plus[name], minus[name] = value.astype(np.float64).copy(), value.astype(np.float64).copy()
-        plus[name][index] += 1e-6
-        minus[name][index] -= 1e-6
-        numeric = (nw.reference_loss_and_grads(plus, x_small, t_small, keep, p_check)[0]
-                   - nw.reference_loss_and_grads(minus, x_small, t_small, keep, p_check)[0]) / 2e-6
-        fd_worst = max(fd_worst, abs(numeric - grads_ref[name][index]) / (abs(numeric) + 1e-6))
+fd_worst = gradcheck.finite_differences(check_params, x_small, t_small, p_check, seed=99, step=7)
 print(f"float64 reference vs finite differences: worst relative error {fd_worst:.1e}")
 assert fd_worst < 1e-4
-
-got = small.grads.to_host()
-loss_got = float(small.loss.copy_to_host()[0])
+loss_got, loss_ref, worst = gradcheck.step_errors(small, check_params, x_small, t_small, p_check, seed=99, step=7)
 print(f"loss: workbook {loss_got:.7f}, float64 reference {loss_ref:.7f}")
-assert abs(loss_got - loss_ref) < 1e-5 * max(1.0, abs(loss_ref))
-worst = {}
-for name in grads_ref:
-    worst[name] = float(np.linalg.norm(got[name] - grads_ref[name]) / np.linalg.norm(grads_ref[name]))
 print("relative error of each gradient:", {k: f"{v:.1e}" for k, v in worst.items()})
-assert max(worst.values()) < 1e-4, worst
+assert abs(loss_got - loss_ref) < 1e-5 * max(1.0, abs(loss_ref)) and max(worst.values()) < 1e-4, worst
 
 # %% [markdown]
 # ## Training
 #
 # `Network` allocates every buffer once; `net.step()` gathers the next batch (its number read from
 # `counter` on the GPU), runs the forward and backward passes and the optimizer, and advances the
-# counter: 28 wrapper calls, 47 launches, and no synchronisation. `net.graph()` captures that step into a CUDA
-# graph on the first call; each later call replays all of it with one `cuGraphLaunch`. The dropout
-# draws new numbers at every replay because its Philox offset is `counter[0]`, read on the GPU (a
-# graph replays the arguments it captured: an offset passed by value would repeat forever).
-#
-# The torch twin has the same layers, the same initial weights and sees the same batches in the
-# same order; only the dropout masks differ (torch has its own generator).
+# counter: 28 wrapper calls, 47 launches, no synchronisation. `net.graph()` captures that step into
+# a CUDA graph, replayed with one `cuGraphLaunch` a step. The dropout draws new numbers at every
+# replay because its Philox offset is `counter[0]`, read on the GPU (a graph replays the arguments
+# it captured). The torch twin has the same layers, initial weights and batches in the same order.
 
 # %%
 workbook.show(nw.Network.step)
@@ -247,64 +219,12 @@ graph = net.graph()  # captures (on the GPU: after one warm-up step) ...
 print("step:", graph.how)
 net.reset(initial)  # ... so start the training again from the initial weights
 orders = nw.epoch_orders(len(train_x), EPOCHS)
-
-twin = None
-if torch is not None:
-    twin = nw.torch_twin(initial, p_drop=net.p_drop)
-    twin_opt = torch.optim.SGD(twin.parameters(), lr=net.lr, momentum=net.momentum, weight_decay=net.weight_decay)
-    t_train_x, t_train_y = torch.from_numpy(train_x).cuda(), torch.from_numpy(train_y).long().cuda()
-    t_test_x = torch.from_numpy(test_x).cuda()
-    twin_batch = {}
-
-    def twin_step():
-        idx = twin_batch["order"][twin_batch["step"] * BATCH:(twin_batch["step"] + 1) * BATCH]
-        twin_batch["step"] = (twin_batch["step"] + 1) % net.steps_per_epoch
-        twin_opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(twin(t_train_x[idx]), t_train_y[idx])
-        loss.backward()
-        twin_opt.step()
-        return loss
-
-history = {"workbook loss": [], "workbook accuracy": [], "torch loss": [], "torch accuracy": []}
-for epoch, order in enumerate(orders):
-    net.set_order(order, stream=graph.stream)
-    for _ in range(net.steps_per_epoch):
-        graph()
-    if twin is not None:
-        twin.train()
-        twin_batch.update(order=torch.from_numpy(order).long().cuda(), step=0)
-        losses = [twin_step() for _ in range(net.steps_per_epoch)]
-        history["torch loss"] += [float(v) for v in torch.stack(losses).detach().cpu()]
-        twin.eval()
-        with torch.no_grad():
-            history["torch accuracy"].append(float((twin(t_test_x).argmax(1).cpu().numpy() == test_y).mean()))
-    cuda.synchronize()
-    history["workbook accuracy"].append(net.accuracy(test_x, test_y))
-    if epoch % 5 == 4 or epoch == len(orders) - 1:
-        print(f"epoch {epoch + 1}: workbook test accuracy {history['workbook accuracy'][-1]:.4f}"
-              + (f", torch {history['torch accuracy'][-1]:.4f}" if twin is not None else ""))
-history["workbook loss"] = [float(v) for v in net.losses_so_far(len(orders) * net.steps_per_epoch)]
-assert np.isfinite(history["workbook loss"]).all(), "the training diverged"
+twin = None if torch is None else training.TorchTwin(torch, nw.torch_twin(initial, p_drop=net.p_drop), net,
+                                                     train_x, train_y, test_x)
+history = training.train(net, graph, orders, test_x, test_y, twin)
 chapter.record("training", {key: values for key, values in history.items() if values})
-
-# %%
-import matplotlib.pyplot as plt  # noqa: E402
-
-figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-for who, style in (("workbook", "-"), ("torch", "--")):
-    if history[f"{who} loss"]:
-        left.plot(history[f"{who} loss"], style, label=who)
-        right.plot(np.arange(1, len(history[f"{who} accuracy"]) + 1), history[f"{who} accuracy"], style,
-                   marker=".", label=who)  # a marker: one epoch (the simulator's run) is one point
-left.set(xlabel="step", ylabel="training loss (batch mean)", yscale="log", title="loss")
-lowest = min(history["workbook accuracy"] + history["torch accuracy"])
-right.set(xlabel="epoch", ylabel="held-out accuracy", title="test accuracy", ylim=(min(0.5, lowest - 0.05), 1.0))
-for axis in (left, right):
-    axis.legend()
-    axis.grid(alpha=0.3)
-chapter.savefig(figure, "training")
-final = history["workbook accuracy"][-1]
-chapter.bar("test accuracy of the workbook's network", final, at_least=0.97)
+chapter.savefig(training.plot_training(history), "training")
+chapter.bar("test accuracy of the workbook's network", history["workbook accuracy"][-1], at_least=0.97)
 if history["torch accuracy"]:  # one epoch's accuracy moves by a few held-out digits from run to run: a mean
     last = min(10, len(history["torch accuracy"]))
     chapter.bar(f"test accuracy, mean of the last {last} epochs: workbook - torch twin (points)",
@@ -314,24 +234,20 @@ if history["torch accuracy"]:  # one epoch's accuracy moves by a few held-out di
 # %% [markdown]
 # ## What a step costs
 #
-# Three ways to run the same step: the workbook's wrappers called one by one (each checks its
-# arguments and launches through numba: chapter 07's plain path), the same step replayed as one
-# CUDA graph, and torch eager. **median ms** is the GPU's time for one step; **host us/call** what
-# issuing it costs the CPU; and the wall time per step of a loop of steps, synchronised once — what
-# a training run pays — is the larger of the two, more or less.
+# The workbook's wrappers called one by one (chapter 07's plain path), the same step replayed as one
+# CUDA graph, and torch eager. **median ms** is the GPU's time for a step, **host us/call** what
+# issuing it costs the CPU; the wall time a step of a loop, what a training run pays, is about the
+# larger of the two.
 
 # %%
 step_variants = {"workbook, plain launches": net.step, "workbook, one CUDA graph": graph}
-step_baselines = {"torch eager": twin_step} if twin is not None else {}
-if twin is not None:
-    twin.train()
+step_baselines = {"torch eager": twin.step} if twin is not None else {}
 steps = chapter.compare("training step", step_variants, baselines=step_baselines,
                         size=f"batch {BATCH}, width {WIDTH}, 8x8", repeats=30)
 if workbook.ON_GPU:
     wall = {name: bench.loop_us(function, calls=100) for name, function in {**step_variants, **step_baselines}.items()}
     chapter.record("wall us per step", wall)
-    print("wall time per step, host included (a loop of 100 steps):",
-          {name: f"{us:.0f} us" for name, us in wall.items()})
+    print("wall time per step, host included (a loop of 100 steps):", {k: f"{us:.0f} us" for k, us in wall.items()})
     if "torch eager" in wall:
         chapter.bar("training step wall time: workbook graph / torch eager", wall["workbook, one CUDA graph"]
                     / wall["torch eager"], at_most=1.0)
@@ -352,14 +268,11 @@ parts = chapter.compare("training step, by part", {"forward (gather not included
 # %% [markdown]
 # ## A step on a timeline
 #
-# `net.step` opens a named range around each of its phases (`workbook.timeline.span`: gather,
-# forward, backward, update; NVTX ranges too where the `nvtx` package is installed). Below, one
-# step launched call by call and one replay of its graph, each recorded as chapter 10 records its
-# LSTM (torch's profiler, CUPTI underneath): a row for the ranges, one for the host's launch calls,
-# one per GPU stream. What to compare: how long the step lasts from its first event to its last
-# against how long the GPU row is busy; where the GPU row has gaps, it waits for the host. Without
-# a GPU the recording holds only the ranges, on the host's clock, and the plot stored from the GPU
-# follows it.
+# `net.step` names each of its phases (`workbook.timeline.span`: gather, forward, backward,
+# update; NVTX ranges too with the `nvtx` package). Below, one step call by call and one graph
+# replay, recorded as chapter 10 records its LSTM: a row for the ranges, one for the host's launch
+# calls, one per GPU stream. Compare how long the step lasts with how long the GPU row is busy:
+# where the GPU row has gaps, it waits for the host. Without a GPU only the ranges are recorded.
 
 # %%
 step_timelines = {"one by one": timeline.record(net.step), "one CUDA graph": timeline.record(graph)}
@@ -406,12 +319,10 @@ HAS_MMA = capability.check(*mixed.NEEDS, what="mixed precision", instead="the mi
 
 # %% [markdown]
 # One mixed step against the float64 reference, told where the mixed network rounds to float16
-# (`half_scale`: each convolution's and the linear layer's operands, the backward's times the loss
-# scale). Against the plain float64 network the float16 operands' 11 significant bits show, and a
-# pre-activation within a float16 rounding of 0 can flip a ReLU and its mask bit;
-# against this one only the order of the float32 sums is left. In the simulator, where a
-# tensor-core convolution runs its 128 threads one by one, this check is `tests/test_ch08_mixed.py`'s
-# and the notebook goes on to the planted overflow on 2 of the images.
+# (`half_scale`: the operands of each convolution and of the linear layer, the backward's times the
+# loss scale), so that only the order of the float32 sums is left between them; against the plain
+# reference a pre-activation within a float16 rounding of 0 could flip a ReLU. In the simulator this
+# check is `tests/test_ch08_mixed.py`'s, and the planted overflow runs on 2 images.
 
 # %%
 batch16 = workbook.size(gpu=check_batch, sim=2)
@@ -424,12 +335,8 @@ if HAS_MMA:
 if HAS_MMA and workbook.ON_GPU:
     small16.backward()
     small16.unscale()
-    keep16 = drop.keep_reference(batch16 * check_width, p_check, 99, 7).reshape(batch16, check_width)
-    _, grads16_ref = nw.reference_loss_and_grads(check_params, x_small, t_small, keep16, p_check,
-                                                 half_scale=small16.init_scale)
-    got16 = small16.grads.to_host()
-    worst16 = {name: float(np.linalg.norm(got16[name] - grads16_ref[name]) / np.linalg.norm(grads16_ref[name]))
-               for name in grads16_ref}
+    _, _, worst16 = gradcheck.step_errors(small16, check_params, x_small[:batch16], t_small[:batch16], p_check,
+                                          seed=99, step=7, half_scale=small16.init_scale)
     print("mixed precision, relative error of each gradient:", {k: f"{v:.1e}" for k, v in worst16.items()})
     assert max(worst16.values()) < 1e-3, worst16
 
@@ -451,13 +358,10 @@ if HAS_MMA:
     assert skipped16[7] and unchanged
 
 # %% [markdown]
-# **Training in mixed precision**, beside the float32 run above: the same initial weights, the
-# same batches in the same order, the same dropout masks. Also torch's AMP twin (autocast to
-# float16 and `GradScaler` with the same scale rule). On an H100 the convolutions run on wgmma.
-# After training, a loss scale of 2^40 is planted in the trained network and 30 more steps run:
-# the figure's right panel marks every skipped step.
-# Without a GPU the training and its timings are the stored run's of the reference GPU (a mixed step takes seconds
-# in the simulator; `tests/test_ch08_mixed.py` runs one there).
+# **Training in mixed precision**, beside the float32 run above: the same initial weights, batches
+# and dropout masks; torch's AMP twin (autocast, `GradScaler` with the same rule) beside it. On a
+# Hopper GPU the convolutions run on wgmma. Then a loss scale of 2^40 is planted and 30 more steps
+# run: the right panel marks every skipped step. Without a GPU this is the stored run's.
 
 # %%
 VARIANT = "wgmma" if workbook.ON_GPU and capability.supports("wgmma") else "pipelined"
@@ -466,91 +370,31 @@ if workbook.ON_GPU and HAS_MMA:
     net16.attach(train_x, train_y)
     graph16 = net16.graph()
     net16.reset(initial)
-    amp = None
-    if torch is not None:
-        amp = nw.torch_twin(initial, p_drop=net16.p_drop)
-        amp_opt = torch.optim.SGD(amp.parameters(), lr=net16.lr, momentum=net16.momentum,
-                                  weight_decay=net16.weight_decay)
-        amp_scaler = torch.amp.GradScaler("cuda", init_scale=2.0**16, growth_interval=100)
-
-        def amp_step():
-            idx = twin_batch["order"][twin_batch["step"] * BATCH:(twin_batch["step"] + 1) * BATCH]
-            twin_batch["step"] = (twin_batch["step"] + 1) % net16.steps_per_epoch
-            amp_opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.float16):
-                loss = torch.nn.functional.cross_entropy(amp(t_train_x[idx]), t_train_y[idx])
-            amp_scaler.scale(loss).backward()
-            amp_scaler.step(amp_opt)
-            amp_scaler.update()
-            return loss
-
-    mixed_history = {"mixed accuracy": [], "torch AMP accuracy": []}
-    for order in orders:
-        net16.set_order(order, stream=graph16.stream)
-        for _ in range(net16.steps_per_epoch):
-            graph16()
-        if amp is not None:
-            amp.train()
-            twin_batch.update(order=torch.from_numpy(order).long().cuda(), step=0)
-            for _ in range(net16.steps_per_epoch):
-                amp_step()
-            amp.eval()
-            with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
-                amp_right = amp(t_test_x).argmax(1).cpu().numpy() == test_y
-                mixed_history["torch AMP accuracy"].append(float(amp_right.mean()))
-        cuda.synchronize()
-        mixed_history["mixed accuracy"].append(net16.accuracy(test_x, test_y))
+    amp = None if torch is None else training.TorchTwin(torch, nw.torch_twin(initial, p_drop=net16.p_drop), net16,
+                                                        train_x, train_y, test_x, amp=True)
+    mixed_history = training.train(net16, graph16, orders, test_x, test_y, amp, name="mixed",
+                                   twin_name="torch AMP", every=0)
     steps16 = len(orders) * net16.steps_per_epoch
-    mixed_history["mixed loss"] = [float(v) for v in net16.losses_so_far(steps16)]
     scales_used, skipped_steps = net16.scales_so_far(steps16)
-    mixed_history["loss scale"] = [float(v) for v in scales_used]
-    mixed_history["skipped steps"] = int(skipped_steps.sum())
-    assert np.isfinite(mixed_history["mixed loss"]).all(), "the mixed-precision training diverged"
+    mixed_history.update({"loss scale": [float(v) for v in scales_used], "skipped steps": int(skipped_steps.sum())})
     chapter.record("mixed training", {key: values for key, values in mixed_history.items() if values != []})
-    print(f"mixed precision ({VARIANT}): test accuracy {mixed_history['mixed accuracy'][-1]:.4f} (float32 "
-          f"{history['workbook accuracy'][-1]:.4f}"
-          + (f", torch AMP {mixed_history['torch AMP accuracy'][-1]:.4f}" if amp is not None else "")
-          + f"); loss scale {min(scales_used):.0f}..{max(scales_used):.0f}, {int(skipped_steps.sum())} steps skipped")
-
+    print(f"mixed precision ({VARIANT}): test accuracy {mixed_history['mixed accuracy'][-1]:.4f}; "
+          f"loss scale {min(scales_used):.0f}..{max(scales_used):.0f}, {int(skipped_steps.sum())} steps skipped")
     last = min(10, len(mixed_history["mixed accuracy"]))
     chapter.bar("mixed precision: test accuracy", mixed_history["mixed accuracy"][-1], at_least=0.97)
     gap = np.mean(mixed_history["mixed accuracy"][-last:]) - np.mean(history["workbook accuracy"][-last:])
     chapter.bar(f"test accuracy, mean of the last {last} epochs: mixed - float32 (points)", 100 * abs(gap),
                 at_most=0.5)
 
-    # the planted overflow in the trained network: a loss scale of 2^40, then 30 more steps
-    net16.set_scale(2.0**40)
-    for _ in range(30):
-        graph16()
-    cuda.synchronize()
-    planted_scales, planted_skipped = (v[-30:] for v in net16.scales_so_far(steps16 + 30))
-    skips = int(np.argmin(planted_skipped))  # the skipped steps in a row, until a scale fits float16
-    assert planted_skipped[0] and not planted_skipped[skips], "the scale should fall until a step fits"
-    chapter.record("planted overflow", {"scales": [float(v) for v in planted_scales], "skipped": skips,
-                                        "skipped in all": int(planted_skipped.sum()),
-                                        "accuracy after": net16.accuracy(test_x, test_y)})
-    print(f"planted scale 2^40: {skips} steps skipped in a row (scale {planted_scales[0]:.3g} -> "
-          f"{planted_scales[skips]:.3g}), {int(planted_skipped.sum())} of the 30 in all; test accuracy "
-          f"{chapter.records['planted overflow']['accuracy after']:.4f}")
-
-    # the figure: both losses, and the loss scale of every step, the planted 30 included
+    planted = training.plant_overflow(net16, graph16, steps16)  # 2^40, then 30 more steps
+    planted["accuracy after"] = net16.accuracy(test_x, test_y)
+    chapter.record("planted overflow", planted)
+    print(f"planted scale 2^40: {planted['skipped']} steps skipped in a row (scale {planted['scales'][0]:.3g} -> "
+          f"{planted['scales'][planted['skipped']]:.3g}), {planted['skipped in all']} of the 30 in all; test accuracy "
+          f"{planted['accuracy after']:.4f}")
     all_scales, all_skipped = net16.scales_so_far(steps16 + 30)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-    left.plot(history["workbook loss"], label="float32")
-    left.plot(mixed_history["mixed loss"], "--", label="mixed precision")
-    left.set(xlabel="step", ylabel="training loss (batch mean)", yscale="log", title="loss")
-    right.step(np.arange(len(all_scales)), all_scales, where="post", label="loss scale")
-    skipped_at = np.flatnonzero(all_skipped)
-    right.plot(skipped_at, all_scales[skipped_at], "x", color="tab:red", label="step skipped (Inf or NaN found)")
-    right.axvline(steps16, color="gray", lw=0.8, ls=":")
-    right.annotate("2^40 planted", (steps16, all_scales[steps16]), xytext=(-90, -10), textcoords="offset points",
-                   arrowprops={"arrowstyle": "->"})
-    right.set(xlabel="step", ylabel="loss scale", title="the loss scale (GradScaler's rule, on the GPU)")
-    right.set_yscale("log", base=2)
-    for axis in (left, right):
-        axis.grid(alpha=0.3)
-        axis.legend()
-    chapter.savefig(figure, "mixed")
+    chapter.savefig(training.plot_mixed(history["workbook loss"], mixed_history["mixed loss"], all_scales,
+                                        all_skipped, steps16), "mixed")
 else:
     chapter.show_stored_figure("mixed")
 
@@ -560,11 +404,9 @@ else:
 
 # %%
 if workbook.ON_GPU and HAS_MMA:  # a mixed step takes seconds in the simulator, its times mean nothing there
-    if amp is not None:
-        amp.train()
     steps16_cmp = chapter.compare("training step, mixed precision",
                                   {"float32, one CUDA graph": graph, "mixed, one CUDA graph": graph16},
-                                  baselines={"torch AMP eager": amp_step} if amp is not None else {},
+                                  baselines={"torch AMP eager": amp.step} if amp is not None else {},
                                   size=f"batch {BATCH}, width {WIDTH}, 8x8, {VARIANT}", repeats=30)
     chapter.bar("GPU time per step: mixed / float32",
                 steps16_cmp.ratio("mixed, one CUDA graph", "float32, one CUDA graph"), at_most=0.8)
@@ -573,12 +415,11 @@ if workbook.ON_GPU and HAS_MMA:  # a mixed step takes seconds in the simulator, 
                     size=f"batch {BATCH}, width {WIDTH}, 8x8, {VARIANT}", repeats=30)
     # the same two steps with half the channels: the convolutions do 1/4 of the arithmetic, the rest 1/2
     narrow = nw.init_parameters(WIDTH // 2, seed=0)
-    narrow_steps = {}
-    for name, narrow_net in (("float32", nw.Network(narrow, BATCH)),
-                             ("mixed", mixed.MixedNetwork(narrow, BATCH, variant=VARIANT))):
+    narrow_nets = {"float32": nw.Network(narrow, BATCH), "mixed": mixed.MixedNetwork(narrow, BATCH, variant=VARIANT)}
+    for narrow_net in narrow_nets.values():
         narrow_net.attach(train_x, train_y)
-        narrow_steps[f"{name}, one CUDA graph"] = narrow_net.graph()
-    chapter.compare("training step, mixed precision, half as wide", narrow_steps,
+    chapter.compare("training step, mixed precision, half as wide",
+                    {f"{name}, one CUDA graph": narrow_net.graph() for name, narrow_net in narrow_nets.items()},
                     size=f"batch {BATCH}, width {WIDTH // 2}, 8x8, {VARIANT}", repeats=30)
 else:
     for key in ("training step, mixed precision", "mixed step, by part", "training step, mixed precision, half as wide"):
@@ -587,74 +428,53 @@ else:
 # %% [markdown]
 # ## What the numbers mean
 #
-# - **It learns as well as torch.** The two loss curves lie on each other (they differ only in the
-#   dropout masks): the end-to-end check that every gradient is right at full size.
-# - **A step as a graph beats torch eager in wall time**, less through its kernels than through its
-#   host: torch pays its host to issue its kernels through autograd at every step, while the graph
-#   pays one launch for all of ours. At this size torch's step is bound by its host, not its GPU.
-# - **The same step from Python, wrapper by wrapper**, costs its host each of its 28 wrapper calls (47
-#   launches), each checking its arguments and building its views. Graphs exist for exactly this.
-# - **Mixed precision learns as well** (where the GPU has the instructions): chapter 03's loss scale
-#   moves as the steps allow, and a scale of 2^40 planted in the trained network skips steps in a
-#   row, halving the scale each time, until the steps fit float16 again.
-# - **What a mixed step costs**: the tensor cores shorten every convolution and weight gradient, but
-#   BatchNorm, pooling and the loss stay float32, and the float16 casts are launches of their own.
-#   With half the channels the convolutions do a quarter of the arithmetic and every kernel is bound
-#   by latency: mixed precision pays where the multiplies are much of a step's time.
-# - **Where our GPU time goes**: the backward is several times the forward. On layers this small a
-#   kernel's launch and first loads are much of its time, and the weight gradient's slices add into
-#   dw with atomics. Chapter 01's BatchNorm kernels give each 64-value plane a block of 256 threads,
-#   three quarters of them idle; a warp per plane would fit these shapes.
+# - **It learns as well as torch.** The two loss curves lie on each other (only the dropout masks
+#   differ): the end-to-end check that every gradient is right at full size.
+# - **A step as a graph beats torch eager in wall time**, through its host more than its kernels:
+#   torch's host issues every kernel through autograd at every step, the graph is one launch.
+# - **Wrapper by wrapper**, the same step costs its host 28 calls (47 launches), each checking its
+#   arguments and building its views. Graphs exist for exactly this.
+# - **Mixed precision learns as well**: chapter 03's loss scale moves as the steps allow, and a
+#   planted 2^40 skips steps in a row, halving the scale each time, until the steps fit float16.
+# - **What a mixed step costs**: the tensor cores shorten the convolutions and weight gradients;
+#   BatchNorm, pooling and the loss stay float32, and the casts are launches of their own. At half
+#   the width every kernel is bound by latency, and mixed precision pays less.
+# - **The backward is several times the forward**: on layers this small a launch and its first
+#   loads are much of a kernel's time, and the weight gradient's slices meet in dw by atomics;
+#   chapter 01's BatchNorm gives each 64-value plane 256 threads, three quarters of them idle.
 #
 # Host figures move by 10-50% between runs. The figures these bullets point to:
 
 # %%
-_graph, _plain, _torch = "workbook, one CUDA graph", "workbook, plain launches", "torch eager"
-_narrow, _by_part, _mixed_part = "training step, mixed precision, half as wide", "training step, by part", "mixed step, by part"
-_forward = "forward (gather not included)"
-
-
-def _last(record, key):
-    return lambda: chapter.figure(record)[key][-1]
-
-
+G, P, T, M = "workbook, one CUDA graph", "workbook, plain launches", "torch eager", "mixed, one CUDA graph"
+STEP, STEP16, PARTS, PARTS16 = ("training step", "training step, mixed precision", "training step, by part",
+                                "mixed step, by part")
+FWD, NARROW = "forward (gather not included)", "training step, mixed precision, half as wide"
+scales = lambda f: lambda: f(chapter.figure("mixed training", "loss scale"))  # noqa: E731
 chapter.show_figures({
-    "epochs x steps": ("{}", lambda: "{} x {}".format(len(chapter.figure("training")["workbook accuracy"]),
-                                                      len(chapter.figure("training")["workbook loss"])
-                                                      // len(chapter.figure("training")["workbook accuracy"]))),
-    "held-out accuracy: ours / torch's": ("{}", lambda: "{:.1%} / {:.1%}".format(
-        _last("training", "workbook accuracy")(), _last("training", "torch accuracy")())),
-    "wall a step in a loop: graph / torch eager": ("{}", lambda: "{:.0f} / {:.0f} us".format(
-        chapter.figure("wall us per step")[_graph], chapter.figure("wall us per step")[_torch])),
-    "GPU time a step: graph / torch": ("{}", lambda: "{:.2f} / {:.2f} ms".format(
-        chapter.figure("training step", _graph), chapter.figure("training step", _torch))),
-    "host a step: graph / torch eager / wrapper by wrapper": ("{}", lambda: "{:.0f} / {:.0f} / {:.0f} us".format(
-        *(chapter.figure("training step", v, "host_us") for v in (_graph, _torch, _plain)))),
-    "mixed precision: held-out accuracy / torch AMP's": ("{}", lambda: "{:.1%} / {:.1%}".format(
-        _last("mixed training", "mixed accuracy")(), _last("mixed training", "torch AMP accuracy")())),
-    "  loss scale: lowest / highest; steps skipped": ("{}", lambda: "{:.0f} / {:.0f}; {}".format(
-        min(chapter.figure("mixed training")["loss scale"]), max(chapter.figure("mixed training")["loss scale"]),
-        chapter.figure("mixed training")["skipped steps"])),
-    "  planted 2^40: skipped in a row / the scale then / skipped of 30": ("{}", lambda: "{} / {:.3g} / {}".format(
-        chapter.figure("planted overflow")["skipped"],
-        chapter.figure("planted overflow")["scales"][chapter.figure("planted overflow")["skipped"]],
-        chapter.figure("planted overflow")["skipped in all"])),
-    "GPU time a step: mixed / float32 (ratio)": ("{}", lambda: "{:.2f} / {:.2f} ms ({:.2f})".format(
-        chapter.figure("training step, mixed precision", "mixed, one CUDA graph"), chapter.figure("training step", _graph),
-        chapter.figure("GPU time per step: mixed / float32"))),
-    "  backward: mixed / float32; forward: mixed / float32": ("{}", lambda: "{:.2f} / {:.2f}; {:.2f} / {:.2f} ms".format(
-        chapter.figure(_mixed_part, "backward"), chapter.figure(_by_part, "backward"),
-        chapter.figure(_mixed_part, _forward), chapter.figure(_by_part, _forward))),
-    "  half as wide: mixed / float32": ("{}", lambda: "{:.2f} / {:.2f} ms".format(
-        chapter.figure(_narrow, "mixed, one CUDA graph"), chapter.figure(_narrow, "float32, one CUDA graph"))),
-    "float32 step: backward / forward": ("{}", lambda: "{:.2f} / {:.2f} ms".format(
-        chapter.figure(_by_part, "backward"), chapter.figure(_by_part, _forward))),
-    "conv dgrad: ours / cuDNN": ("{}", lambda: "{:.1f} / {:.1f} TFLOP/s".format(
-        chapter.figure("conv dgrad", "flipped filters + implicit GEMM", "tflops"),
-        chapter.figure("conv dgrad", "torch conv2d_input (cuDNN)", "tflops"))),
-    "conv wgrad: ours / cuDNN": ("{}", lambda: "{:.1f} / {:.1f} TFLOP/s".format(
-        chapter.figure("conv wgrad", "split-K implicit GEMM", "tflops"),
-        chapter.figure("conv wgrad", "torch conv2d_weight (cuDNN)", "tflops"))),
+    "held-out accuracy: ours / torch's": ("{:.1%} / {:.1%}", ("training", "workbook accuracy", -1),
+                                          ("training", "torch accuracy", -1)),
+    "wall a step in a loop: graph / torch eager": ("{:.0f} / {:.0f} us", ("wall us per step", G), ("wall us per step", T)),
+    "GPU time a step: graph / torch": ("{:.2f} / {:.2f} ms", (STEP, G), (STEP, T)),
+    "host a step: graph / torch eager / wrapper by wrapper": ("{:.0f} / {:.0f} / {:.0f} us", (STEP, G, "host_us"),
+                                                              (STEP, T, "host_us"), (STEP, P, "host_us")),
+    "mixed precision: held-out accuracy / torch AMP's": ("{:.1%} / {:.1%}", ("mixed training", "mixed accuracy", -1),
+                                                         ("mixed training", "torch AMP accuracy", -1)),
+    "  loss scale: lowest / highest; steps skipped": ("{:.0f} / {:.0f}; {}", scales(min), scales(max),
+                                                      ("mixed training", "skipped steps")),
+    "  planted 2^40: skipped in a row / the scale then / skipped of 30": (
+        "{} / {:.3g} / {}", ("planted overflow", "skipped"), lambda: chapter.figure("planted overflow", "scales")[
+            chapter.figure("planted overflow", "skipped")], ("planted overflow", "skipped in all")),
+    "GPU time a step: mixed / float32 (ratio)": ("{:.2f} / {:.2f} ms ({:.2f})", (STEP16, M), (STEP, G),
+                                                 "GPU time per step: mixed / float32"),
+    "  half as wide: mixed / float32": ("{:.2f} / {:.2f} ms", (NARROW, M), (NARROW, "float32, one CUDA graph")),
+    "backward / forward: float32; mixed": ("{:.2f} / {:.2f}; {:.2f} / {:.2f} ms", (PARTS, "backward"), (PARTS, FWD),
+                                           (PARTS16, "backward"), (PARTS16, FWD)),
+    "conv dgrad / wgrad: ours; cuDNN": ("{:.1f} / {:.1f}; {:.1f} / {:.1f} TFLOP/s",
+                                        ("conv dgrad", "flipped filters + implicit GEMM", "tflops"),
+                                        ("conv wgrad", "split-K implicit GEMM", "tflops"),
+                                        ("conv dgrad", "torch conv2d_input (cuDNN)", "tflops"),
+                                        ("conv wgrad", "torch conv2d_weight (cuDNN)", "tflops")),
 })
 
 # %% [markdown]
