@@ -133,3 +133,15 @@ def test_the_close_is_markdown_then_one_table_of_figures(chapter):
     figures = cells[close + 1]
     assert not figures.startswith(" [markdown]") and "chapter.show_figures(" in figures, \
         f"{chapter}: the close's next cell does not print its figures"
+
+
+LESSON_LINES = 420  # "about 400": a notebook a student reads and runs in a class hour
+
+
+@pytest.mark.parametrize("chapter", list(SCRIPTS))
+def test_a_notebook_is_read_in_one_sitting(chapter):
+    """A chapter's notebook, every cell's source counted, stays within about 400 lines: what is not
+    the lesson (timing plumbing, twins, plots) lives in the chapter's modules."""
+    notebook = json.loads(SCRIPTS[chapter].with_suffix(".ipynb").read_text())
+    lines = sum(len("".join(cell["source"]).splitlines()) for cell in notebook["cells"])
+    assert lines <= LESSON_LINES, f"{chapter}'s notebook is {lines} lines of source (at most {LESSON_LINES})"

@@ -22,28 +22,23 @@
 #   matrix — with a precomputed offset table so that the inner loop has no division, and predicates
 #   that read padding as zeros;
 # - what makes a numba GEMM fast: a block tile in shared memory (transposed, padded against bank
-#   conflicts), a register tile of 8x8 outputs per thread, double buffering, then 16-byte
-#   shared-memory loads of the fragments (an instruction numba does not expose, reached through
-#   `workbook.memory`) and register prefetch — and how far from cuBLAS and cuDNN that gets in FP32
-#   (this is the workbook's compute-bound chapter: we count FLOPs).
+#   conflicts), a register tile a thread, double buffering, 16-byte fragment loads and register
+#   prefetch — and how far from cuBLAS and cuDNN that gets in FP32 (we count FLOPs).
 #
-# Without a GPU this notebook runs in numba's CUDA simulator on tiny shapes and small tiles (the
-# same kernel source, with the tile sizes as parameters); each comparison is followed by the stored
-# figures of the reference GPU.
+# Without a GPU the notebook runs the same kernels in the simulator on tiny shapes and small tiles;
+# each comparison is followed by the reference GPU's stored figures.
 
 # %%
 # Reload the chapter's edited modules before each cell runs:
 # %load_ext autoreload
 # %autoreload 2
-import functools
-
-import matplotlib.pyplot as plt
 import numpy as np
 
 import workbook
-from workbook import cuda, host, plots
+from workbook import cuda, plots
 
 from chapters.ch04_implicit_gemm import kernels as k
+from chapters.ch04_implicit_gemm import resnet
 
 print(f"running on: {workbook.MODE}; tiles: " + ", ".join(f"{name} ({tile})" for name, tile in k.TILES.items()))
 chapter = workbook.Chapter("ch04", "Convolution: explicit im2col + GEMM vs implicit GEMM")
@@ -53,11 +48,7 @@ if torch is not None:  # FP32 baselines: no TF32 tensor cores for cuBLAS or cuDN
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True  # let cuDNN pick its fastest algorithm, as we pick tiles
-
-
-def device_data(shape, seed):
-    # standard_normal(shape) as float32, drawn on every core for a GPU's sizes (workbook/host.py)
-    return cuda.to_device(host.standard_normal(np.random.default_rng(seed), shape))
+device_data = resnet.device_data  # standard_normal float32 on the device, drawn on every core
 
 
 # %% [markdown]
@@ -95,18 +86,14 @@ def device_data(shape, seed):
 #   in bounds  <=>  0 <= (p*sh - ph) + r*dh < H   and   0 <= (q*sw - pw) + s*dw < W    (else 0)
 # ```
 #
-# So the inner loop adds and compares — no division, no modulo (numba would turn each `//` on
-# integers into a 64-bit division, dozens of instructions). The implicit kernel goes one step
-# further, as CUTLASS's "optimized" iterator does: whether tap (r, s) of the filter lands on the
-# image depends only on the thread's column, so each thread computes that once, as a bit mask
-# `on_image` (bit r·S + s), and each table row is one 32-bit word that packs the row offset and
-# the row's bit: `offset << R·S | 1 << r·S + s`. Loading an element is then: read the row's word
-# (the same for the whole warp), AND it with `on_image`, and load `x[base + (word >> R·S)]` or take
-# 0. The offsets are 32-bit: the shift and the sum are one instruction (`LEA.HI`), the address one
-# multiply-add (`x + 4·offset`); with 64-bit words the same gather took 13 SASS instructions per
-# element. A 3x3 filter leaves 23 bits for the offset (8M elements per image); where the taps and
-# the offset do not fit in 32 bits (a 7x7 filter, a huge image), a row takes two words, the offset
-# and the tap number, tested against a 64-bit mask.
+# So the inner loop adds and compares: no division (numba turns each integer `//` into a 64-bit
+# division, dozens of instructions). As CUTLASS's "optimized" iterator does, each thread works out
+# once which taps (r, s) land on the image for its column, a bit mask `on_image` (bit r·S + s), and
+# each table row is one 32-bit word, `offset << R·S | 1 << r·S + s`. Loading an element: read the
+# row's word (the same for the whole warp), AND it with `on_image`, load `x[base + (word >> R·S)]`
+# or take 0 — a shift-and-add (`LEA.HI`) and a multiply-add, where 64-bit words took 13 SASS
+# instructions. A 3x3 filter leaves 23 bits of offset (8M elements an image); past that (a 7x7
+# filter, a huge image) a row takes two words, tested against a 64-bit mask.
 #
 # Here is the mapping on a tiny case, one channel, a 4x4 image numbered 0..15, a 3x3 filter,
 # padding 1: column (p, q) = (0, 0) of X is the window at the top-left corner, half off the image.
@@ -149,14 +136,11 @@ print("sliding_window_view + einsum agrees with the seven loops")
 workbook.show(k.im2col_kernel)
 
 # %% [markdown]
-# The GEMM is already a good one — the explicit path is "naive" only in that it materialises X.
-# Each block computes a BM x BN tile of the output; each of its 256 threads an 8x8 register tile
-# (2x4 in the simulator), interleaved so that a warp reads 16 consecutive words of the B tile
-# (no bank conflicts) and 2 broadcast words of the A tile. The A tile is stored transposed and its
-# rows padded by 32/BK words, so that a warp's 32 stores land in 32 banks. The next tile's global
-# loads are issued into registers before the current tile's FMAs (double buffering), so their
-# latency hides behind arithmetic. The epilogue writes column (n, p, q) straight into the NKPQ
-# output: no transpose afterwards.
+# The GEMM is already a good one: the explicit path is "naive" only in that it materialises X. A
+# block computes a BM x BN tile of the output, each of its 256 threads an 8x8 register tile (2x4 in
+# the simulator), interleaved so that a warp reads 16 consecutive words of B (no bank conflicts)
+# and 2 broadcast words of A. The next tile's global loads go into registers before this tile's
+# FMAs (double buffering); the epilogue writes column (n, p, q) straight into the NKPQ output.
 
 # %%
 workbook.show(k.make_gemm_kernel(k.DEFAULT_TILE))
@@ -169,31 +153,26 @@ workbook.show(k.make_gemm_kernel(k.DEFAULT_TILE))
 # 32 stores land in 32 banks. The simulator's memory trace (`workbook.memtrace`, chapter 00) counts
 # the shared-memory passes of one GEMM launch with and without it (`Tile(..., padded=False)`);
 # beside them, Nsight Compute's count for the GPU's 128x128 tile (BK = 8), stored by
-# `tools/validate_memtrace.py` (its unpadded count is the simulator's for that tile, to the pass).
-# The trace counts the accesses the source makes; where the compiler joins adjacent ones into one
-# wider access, the hardware makes fewer (`results/<gpu>/MEMTRACE_VALIDATION.md` shows where).
+# `tools/validate_memtrace.py`, which shows where the compiler joins accesses the trace counts.
 
 # %%
 import dataclasses  # noqa: E402
 
 from workbook import memtrace  # noqa: E402
 
-padding_cases = {"padded": k.DEFAULT_TILE, "unpadded": dataclasses.replace(k.DEFAULT_TILE, padded=False)}
-for how, padding_tile in padding_cases.items():
-    h100 = memtrace.measured(f"ch04 GEMM, 128x128 tile, A tile {how}")
-    on_h100 = (f"H100, 128x128 tile, BK=8 (Nsight Compute): {h100['shared st bank_conflicts']:.0f} conflicts "
-               f"in {h100['shared st wavefronts']:.0f} passes")
-    if workbook.ON_GPU:
-        print(f"A tile {how:8s} {on_h100}")
-        continue
-    depth = 2 * padding_tile.BK  # one output tile, two steps of the depth
-    pa = cuda.to_device(rng.standard_normal((padding_tile.BM, depth), dtype=np.float32))
-    pb = cuda.to_device(rng.standard_normal((depth, padding_tile.BN), dtype=np.float32))
-    with memtrace.trace() as padding_trace:
-        k.gemm(pa, pb, cuda.device_array((padding_tile.BM, padding_tile.BN), np.float32), tile=padding_tile, splits=1)
-    stores = padding_trace.kernels()["gemm_kernel"]["shared st"]
-    print(f"A tile {how:8s} here, {padding_tile}: {stores.passes} passes for {stores.requests} shared stores "
-          f"({stores.conflicts} conflicts) | {on_h100}")
+for how, padding_tile in {"padded": k.DEFAULT_TILE, "unpadded": dataclasses.replace(k.DEFAULT_TILE, padded=False)}.items():
+    gpu = memtrace.measured(f"ch04 GEMM, 128x128 tile, A tile {how}")
+    line = (f"A tile {how:8s} Nsight Compute, 128x128 tile, BK=8: {gpu['shared st bank_conflicts']:.0f} conflicts "
+            f"in {gpu['shared st wavefronts']:.0f} passes")
+    if not workbook.ON_GPU:  # the simulator's trace: one output tile, two steps of the depth
+        depth = 2 * padding_tile.BK
+        pa, pb = (cuda.to_device(rng.standard_normal(shape, dtype=np.float32))
+                  for shape in ((padding_tile.BM, depth), (depth, padding_tile.BN)))
+        with memtrace.trace() as padding_trace:
+            k.gemm(pa, pb, cuda.device_array((padding_tile.BM, padding_tile.BN), np.float32), tile=padding_tile, splits=1)
+        stores = padding_trace.kernels()["gemm_kernel"]["shared st"]
+        line += f" | here, {padding_tile}: {stores.passes} passes, {stores.requests} stores ({stores.conflicts} conflicts)"
+    print(line)
 
 # %% [markdown]
 # ## Optimized: implicit GEMM
@@ -255,18 +234,14 @@ workbook.show_ptx(k.make_gemm_kernel(k.Tile(128, 128, 8, 8, 8, min_blocks=2, wid
 # %% [markdown]
 # ## Optimized, step 3: the work shared out, and 16-byte outputs
 #
-# Three changes that matter most on the small ResNet layers, where the GEMM is 7.4 GFLOP of
-# 128 x 25,088 or 256 x 6,272 outputs: 196 or 98 tiles of 128x128 for 264 places (132 SMs, 2 blocks each).
+# Three changes that matter most on the small ResNet layers, whose GEMMs have 196 or 98 tiles of
+# 128x128: on a GPU of 132 SMs at 2 blocks each, 74% or 37% of one wave, the rest idle throughout.
 #
-# - **Stream-K.** With one block per tile, 196 tiles fill 74% of one wave and 98 tiles 37%: the rest
-#   of the machine idles for the whole kernel. Split-K (S blocks per tile) fixes the count only when
-#   S x tiles happens to land near a multiple of 264. Instead, every kernel sees its work as one row
-#   of tiles x steps (output tile, depth step) iterations, and each block takes an equal,
-#   consecutive share of that row (`block_share`): with one block per place ("stream"), every SM
-#   works until the end, and a share that ends inside a tile hands the rest of that tile to the
-#   next block. Blocks that ran part of a tile add their partial sums into the (zeroed) output with
-#   atomics; a block that ran all of a tile stores it. The same kernel, with one block per tile,
-#   is the classic GEMM; with S per tile, split-K. (Osama et al., *Stream-K*, PPoPP 2023.)
+# - **Stream-K.** Every kernel sees its work as one row of tiles x depth steps, and each block takes
+#   an equal, consecutive share of it (`block_share`): with one block per place ("stream"), every SM
+#   works until the end; a share that ends inside a tile leaves the rest to the next block, and
+#   blocks that ran part of a tile add into the zeroed output with atomics. With one block per tile
+#   the same kernel is the classic GEMM; with S per tile, split-K. (Osama et al., PPoPP 2023.)
 # - **16-byte outputs.** A wide tile's 4 adjacent columns are 4 adjacent positions of one image
 #   when P·Q % 4 == 0: `store4` writes them in one instruction, and a partial tile adds them with one
 #   `red.global.add.v4.f32` (`workbook.memory.atomic_add4`, Hopper and later): a quarter of the
@@ -320,10 +295,8 @@ print(f"explicit and implicit agree with NumPy on {len(k.AWKWARD_CASES)} shapes,
 # the big layer of the issue. The im2col workspace is 9x the input; implicit GEMM needs none.
 
 # %%
-RESNET = [("resnet 64ch 56x56", 64, 56), ("resnet 128ch 28x28", 128, 28), ("resnet 256ch 14x14", 256, 14)]
-BIG = ("256ch 56x56", 256, 56)
 print(f"{'layer (N=32, 3x3, pad 1)':28s} {'input MB':>9s} {'im2col MB':>10s} {'GFLOP':>7s}")
-for name, channels, side in RESNET + [BIG]:
+for name, channels, side in resnet.RESNET + [resnet.BIG]:
     g = k.conv_geometry((32, channels, side, side), (channels, channels, 3, 3), 1, 1, 1)
     print(f"{name:28s} {4 * g.N * g.C * g.H * g.W / 1e6:9.1f} {g.workspace_bytes / 1e6:10.1f} {g.flops / 1e9:7.1f}")
 
@@ -369,83 +342,14 @@ chapter.bar(f"GEMM 4096^3 FP32, best tile ({best_gemm}) vs cuBLAS FP32 (fraction
 
 # %%
 BATCH = workbook.size(gpu=32, sim=1)
-layers = RESNET if workbook.ON_GPU else [("resnet 64ch 56x56", 4, 6), ("resnet 128ch 28x28", 6, 5),
-                                         ("resnet 256ch 14x14", 8, 4)]
-
-
-def describe_work(splits):
-    return {1: "a block per tile", "stream": "stream-K"}.get(splits, f"split-K {splits}")
-
-
-@functools.cache
-def conv_layer(channels, side):
-    """A layer's geometry and buffers (input, filters, output, im2col workspace), made once."""
-    g = k.conv_geometry((BATCH, channels, side, side), (channels, channels, 3, 3), 1, 1, 1)
-    x, w = device_data((g.N, g.C, g.H, g.W), 3), device_data((g.K, g.C, g.R, g.S), 4)
-    out = cuda.device_array(g.out_shape, np.float32)
-    workspace = cuda.device_array((g.gemm_depth, g.gemm_columns), np.float32)
-    return g, x, w, out, workspace
-
-
-def by_tile(channels, side):
-    """The layer's two paths, each a function of the tile's name: (implicit, explicit)."""
-    g, x, w, out, workspace = conv_layer(channels, side)
-    return (lambda name: k.conv2d_implicit(x, w, out, padding=1, tile=name),
-            lambda name: k.conv2d_explicit(x, w, out, padding=1, workspace=workspace, tile=name))
-
-
-def conv_case(key, channels, side):
-    g, x, w, out, workspace = conv_layer(channels, side)
-    implicit, explicit = by_tile(channels, side)
-    tile, tile_ms = k.fastest_tile(implicit)
-    explicit_tile, explicit_ms = k.fastest_tile(explicit)
-    for path, times in (("implicit GEMM", tile_ms), ("explicit", explicit_ms)):
-        if times:
-            print(f"{key}: {path} ms by tile: " + ", ".join(f"{n} {ms:.3f}" for n, ms in times.items()))
-    tx, tw = workbook.bench.torch_view(x), workbook.bench.torch_view(w)
-
-    # The reference: cuDNN in FP32 where it exists (NumPy would take minutes on these shapes), else
-    # NumPy. cuDNN may pick Winograd or FFT algorithms, whose FP32 rounding differs more from ours
-    # than a plain sum's would: a wider tolerance there, still far below what a wrong index gives.
-    def reference():
-        if torch is not None:
-            return torch.nn.functional.conv2d(tx, tw, padding=1).cpu().numpy()
-        return k.conv2d_reference(x.copy_to_host(), w.copy_to_host(), 1, 1, 1)
-
-    rtol, atol = (1e-3, 2e-2) if torch is not None else k.tolerance(g.gemm_depth)
-    variants = {"explicit: im2col + GEMM": lambda: explicit(tile),
-                "implicit GEMM": lambda: k.conv2d_implicit(x, w, out, padding=1, tile=tile)}
-    if explicit_tile != tile:
-        variants[f"explicit, tile {explicit_tile}"] = lambda: explicit(explicit_tile)
-    result = chapter.compare(
-        key,
-        variants,
-        reference=reference,
-        check=lambda o, ref, name: workbook.assert_close(o, ref, rtol=rtol, atol=atol, name=name),
-        baselines={"torch conv2d (cuDNN FP32)": lambda: torch.nn.functional.conv2d(tx, tw, padding=1)},
-        flops=g.flops,
-        size=f"N={g.N} C=K={g.C} {g.H}x{g.W} 3x3 pad 1, tile {tile}, "
-             f"{describe_work(k.split_count(k.TILES[tile], g.K, g.gemm_columns, g.gemm_depth))}",
-    )
-    return g, result, (x, w, out, workspace, tile, reference, (rtol, atol))
-
-
-def fastest_explicit(result):
-    """The explicit variant with the smaller median: with the implicit kernel's tile, or its own."""
-    return result.fastest(t.name for t in result.timings if t.name.startswith("explicit"))
-
-
-# The speed-up each layer must reach. 14x14: 1.4, since at 1.5 its verdict changed from run to run (EXPERIMENTS.md).
-SPEEDUP_BAR = {"resnet 64ch 56x56": 1.5, "resnet 128ch 28x28": 1.5, "resnet 256ch 14x14": 1.4}
-# every layer's tile search, both paths: their kernels compiled side by side first, on a GPU
-workbook.warm_up([lambda run=run, name=name: run(name) for _, channels, side in layers
-                  for run in by_tile(channels, side) for name in k.SEARCH_TILES])
+layers = resnet.RESNET if workbook.ON_GPU else resnet.SIMULATED
+workbook.warm_up(resnet.warm_ups(BATCH, layers))  # every layer's tile search: its kernels compiled side by side
 layer_results = {}
 for key, channels, side in layers:
-    g, result, buffers = conv_case(key, channels, side)
+    g, result, buffers = resnet.conv_case(chapter, torch, key, BATCH, channels, side)
     layer_results[key] = (g, result, buffers)
     chapter.bar(f"{key}: implicit vs explicit im2col + GEMM, end to end (speed-up)",
-                result.ratio(fastest_explicit(result), "implicit GEMM"), at_least=SPEEDUP_BAR[key])
+                result.ratio(resnet.fastest_explicit(result), "implicit GEMM"), at_least=resnet.SPEEDUP_BAR[key])
 chapter.bar("implicit GEMM workspace (bytes)", 0, at_most=0)  # it allocates nothing: see conv2d_implicit
 
 # %% [markdown]
@@ -456,8 +360,8 @@ chapter.bar("implicit GEMM workspace (bytes)", 0, at_most=0)  # it allocates not
 g, _, (x, w, out, workspace, tile, reference, (rtol, atol)) = layer_results[layers[-1][0]]
 split_result = chapter.compare(
     "sharing the work on the last layer",
-    {f"implicit, {describe_work(splits)}": (lambda splits=splits: k.conv2d_implicit(x, w, out, padding=1, tile=tile,
-                                                                                    splits=splits))
+    {f"implicit, {resnet.describe_work(splits)}": (lambda splits=splits: k.conv2d_implicit(
+        x, w, out, padding=1, tile=tile, splits=splits))
      for splits in (1, 4, "stream")},
     reference=reference,
     check=lambda o, ref, name: workbook.assert_close(o, ref, rtol=rtol, atol=atol, name=name),
@@ -476,32 +380,7 @@ split_result = chapter.compare(
 # (t_im2col + t_GEMM) / t_implicit: 1.5 needs t_implicit <= (t_im2col + t_GEMM) / 1.5.
 
 # %%
-explicit_parts = {}
-for key, (g, result, (x, w, out, workspace, tile, _, _)) in layer_results.items():
-    split = chapter.compare(
-        "explicit split: im2col",
-        {"im2col": lambda: k.im2col(x, g, workspace)},
-        reference=lambda: k.im2col_reference(x.copy_to_host(), g),
-        check=lambda o, ref, name: workbook.assert_close(o, ref, exact=True, name=name),
-        bytes=g.workspace_bytes + 4 * g.N * g.C * g.H * g.W,
-        size=f"N={g.N} C={g.C} {g.H}x{g.W}",
-    )
-    gemm_out = cuda.device_array((g.K, g.gemm_columns), np.float32)
-    gemm_only = chapter.compare(
-        "explicit split: GEMM on the workspace",
-        {"GEMM on im2col": lambda: k.gemm(w.reshape(g.K, g.gemm_depth), workspace, gemm_out, tile=tile)},
-        flops=g.flops,
-        size=f"({g.K} x {g.gemm_depth}) @ ({g.gemm_depth} x {g.gemm_columns}), tile {tile}",
-    )
-    explicit_parts[key] = (split["im2col"].median_ms, gemm_only["GEMM on im2col"].median_ms,
-                           result["implicit GEMM"].median_ms)
-    del gemm_out
-
-if workbook.ON_GPU:
-    print(f"{'layer':20s} {'im2col':>7s} {'GEMM':>7s} {'implicit':>9s} {'gather':>7s} {'1.5x needs':>11s}  (ms)")
-    for key, (im2col_ms, gemm_ms, implicit_ms) in explicit_parts.items():
-        print(f"{key:20s} {im2col_ms:7.4f} {gemm_ms:7.4f} {implicit_ms:9.4f} {implicit_ms - gemm_ms:7.4f} "
-              f"{(im2col_ms + gemm_ms) / 1.5:11.4f}")
+explicit_parts = resnet.explicit_parts(chapter, layer_results, workbook.ON_GPU)
 
 # %% [markdown]
 # ## The big layer: N=32, C=K=256, 56x56, 3x3, pad 1
@@ -509,13 +388,12 @@ if workbook.ON_GPU:
 # Its GFLOP per call are in the layer table above. The issue's bar is 10 TFLOP/s for the implicit GEMM; cuDNN FP32 is the yardstick.
 
 # %%
-big_key, big_channels, big_side = BIG if workbook.ON_GPU else ("256ch 56x56", 8, 6)
-g_big, big_result, _ = conv_case(big_key, big_channels, big_side)
+big_key, big_channels, big_side = resnet.BIG if workbook.ON_GPU else resnet.SIMULATED_BIG
+g_big, big_result, _ = resnet.conv_case(chapter, torch, big_key, BATCH, big_channels, big_side)
 chapter.bar("N=32 C=K=256 56x56 3x3: implicit GEMM TFLOP/s",
             big_result["implicit GEMM"].tflops if workbook.ON_GPU else float("nan"), at_least=10)
 chapter.bar("N=32 C=K=256 56x56 3x3: implicit GEMM vs cuDNN FP32 (fraction of its speed)",
-            big_result.ratio("torch conv2d (cuDNN FP32)", "implicit GEMM") if workbook.ON_GPU else float("nan"),
-            at_least=0.70)
+            big_result.ratio(resnet.CUDNN, "implicit GEMM") if workbook.ON_GPU else float("nan"), at_least=0.70)
 
 # %% [markdown]
 # ## A sweep: the GEMM from small to large
@@ -527,45 +405,16 @@ chapter.bar("N=32 C=K=256 56x56 3x3: implicit GEMM vs cuDNN FP32 (fraction of it
 
 # %%
 sweep_sizes = workbook.size(gpu=[512, 1024, 2048, 3072, 4096, 6144], sim=[16, 32, 48])
-series = {f"numba GEMM, tile {best_gemm}": [], "torch.matmul (cuBLAS FP32)": []}
-for n in sweep_sizes:
-    sa, sb = device_data((n, n), 5), device_data((n, n), 6)
-    sc = cuda.device_array((n, n), np.float32)
-    tsa, tsb, tsc = (workbook.bench.torch_view(m) for m in (sa, sb, sc))
-    rtol, atol = k.tolerance(n)
-    result = chapter.compare(
-        "gemm sweep",
-        {f"numba GEMM, tile {best_gemm}": lambda: k.gemm(sa, sb, sc, tile=best_gemm)},
-        reference=lambda: k.gemm_reference(sa.copy_to_host(), sb.copy_to_host()),
-        check=lambda o, ref, name: workbook.assert_close(o, ref, rtol=rtol, atol=atol, name=name),
-        baselines={"torch.matmul (cuBLAS FP32)": lambda: torch.matmul(tsa, tsb, out=tsc)},
-        flops=2 * n**3, size=f"{n}^3", repeats=20, show=False,
-    )
-    for name in series:
-        series[name].append(result.tflops(name))
-
+series = resnet.gemm_sweep(chapter, torch, sweep_sizes, best_gemm)
 if workbook.ON_GPU:
-    figure = plots.sweep(sweep_sizes, series, xlabel="n (an n x n x n GEMM)", ylabel="TFLOP/s (FP32)",
-                         title="FP32 GEMM: numba tiled kernel vs cuBLAS")
-    chapter.savefig(figure, "gemm_sweep")
-    figure, axes = plt.subplots(figsize=(7, 4))
-    names = ["explicit: im2col + GEMM", "implicit GEMM", "torch conv2d (cuDNN FP32)"]
-    keys = list(layer_results) + [big_key]
-    results_by_key = {**{key: r for key, (_, r, _) in layer_results.items()}, big_key: big_result}
-    for index, name in enumerate(names):
-        picked = {key: fastest_explicit(r) if name.startswith("explicit") else name for key, r in results_by_key.items()}
-        values = [results_by_key[key][picked[key]].tflops for key in keys]
-        axes.bar(np.arange(len(keys)) + 0.27 * (index - 1), values, width=0.27, label=name)
-    axes.set_xticks(np.arange(len(keys)), [key.replace("resnet ", "") for key in keys])
-    axes.set_ylabel("TFLOP/s (FP32)")
-    axes.set_title("3x3 convolutions, N=32")
-    axes.grid(True, axis="y", alpha=0.3)
-    axes.legend()
-    chapter.savefig(figure, "conv_layers")
+    chapter.savefig(plots.sweep(sweep_sizes, series, xlabel="n (an n x n x n GEMM)", ylabel="TFLOP/s (FP32)",
+                                title="FP32 GEMM: numba tiled kernel vs cuBLAS"), "gemm_sweep")
+    chapter.savefig(resnet.plot_layers({**{key: r for key, (_, r, _) in layer_results.items()}, big_key: big_result}),
+                    "conv_layers")
 else:
     print("simulator: the sweep ran and was checked at", sweep_sizes, "- the plots need a GPU's times.")
-    chapter.show_stored_figure("gemm_sweep")  # the same plot, measured on the reference GPU
-    chapter.show_stored_figure("conv_layers")  # the same plot, measured on the reference GPU
+    chapter.show_stored_figure("gemm_sweep")  # the same plots, measured on the reference GPU
+    chapter.show_stored_figure("conv_layers")
 
 # %% [markdown]
 # ## What the numbers mean
@@ -575,9 +424,8 @@ else:
 # - **The more arithmetic, the less it matters.** The implicit GEMM's gain shrinks as the layers'
 #   channels grow: a speed-up of 1.5x needs im2col to cost half the GEMM, and the more channels a
 #   layer has, the more its GEMM outweighs its im2col (the 14x14 layer's bar is 1.4x).
-# - **Small layers starve the machine; stream-K feeds it.** The 14x14 layer has 49 tiles of 256x128
-#   for a GPU of 132 SMs: one block per tile leaves most SMs idle, split-K and stream-K keep every SM
-#   busy to the end.
+# - **Small layers starve the machine; stream-K feeds it.** The 14x14 layer has 49 tiles of 256x128:
+#   one block per tile leaves most SMs idle, split-K and stream-K keep every SM busy to the end.
 # - **A GEMM is fast through its tiles.** 16-byte fragments and register prefetch, then 128 threads
 #   of 16x8 outputs with BK = 16: a 256-thread tile has 128 registers a thread and spills
 #   (`resources` above); 128 threads get 255.
@@ -588,50 +436,39 @@ else:
 #   K = 64 or 128 would leave it half empty.
 # - **Against cuDNN**: where cuDNN runs faster than cuBLAS's rate on a plain GEMM (the 28x28 layer),
 #   it computes fewer FLOPs than the 2·N·K·P·Q·C·R·S we count (with Winograd, for instance).
-# - **Past the tiles, instructions count, and ptxas schedules, not us.** Unsigned indices, loops
-#   counted in 32 bits, no division in the loop: each depth step carries fewer instructions besides
-#   its FMAs (read the PTX with `workbook.show_ptx`). An unrelated edit moves a kernel by several per
-#   cent: compare a change only beside the old kernel, in one process, on every layer.
+# - **Past the tiles, instructions count.** Unsigned indices, 32-bit loop counters, no division in
+#   the loop: fewer instructions beside the FMAs (`workbook.show_ptx`). An unrelated edit moves a
+#   kernel by several per cent: compare a change only beside the old kernel, in one process.
 #
-# The variants measured on the way and dropped, each with its run and why it lost, are in
-# [EXPERIMENTS.md](EXPERIMENTS.md). The figures these bullets point to:
+# Variants tried and dropped are in [EXPERIMENTS.md](EXPERIMENTS.md). The figures:
 
 # %%
-def _layer(channels, side):
-    return k.conv_geometry((32, channels, side, side), (channels, channels, 3, 3), 1, 1, 1)
-
-
-def _speedup(layer):
-    return chapter.figure(f"{layer}: implicit vs explicit im2col + GEMM, end to end (speed-up)")
-
-
-_gemm_tiles = ("tile 128x128", "tile 128x128 wide, prefetch", "tile 128x128 wide, 16x8/thread, BK=16")
-_big, _share = "N=32 C=K=256 56x56 3x3: implicit GEMM", "sharing the work on the last layer"
-_s14 = "resnet 256ch 14x14: implicit vs explicit im2col + GEMM, end to end (speed-up)"
+SPEEDUP = "{}: implicit vs explicit im2col + GEMM, end to end (speed-up)"
+TILES = ("tile 128x128", "tile 128x128 wide, prefetch", "tile 128x128 wide, 16x8/thread, BK=16")
+BIG_BAR, SHARE = "N=32 C=K=256 56x56 3x3: implicit GEMM", "sharing the work on the last layer"
+workspace_mb = lambda channels, side: lambda: k.conv_geometry(  # noqa: E731
+    (32, channels, side, side), (channels, channels, 3, 3), 1, 1, 1).workspace_bytes / 1e6
 chapter.show_figures({
-    "im2col workspace: 64-channel layer / the big one": ("{}", lambda: "{:.0f} / {:.0f} MB".format(
-        _layer(64, 56).workspace_bytes / 1e6, _layer(256, 56).workspace_bytes / 1e6)),
-    "implicit vs explicit: 64ch 56x56 / 128ch 28x28 / 256ch 14x14": ("{}", lambda: "{:.2f}x / {:.2f}x / {:.2f}x".format(
-        _speedup("resnet 64ch 56x56"), _speedup("resnet 128ch 28x28"), _speedup("resnet 256ch 14x14"))),
-    "  14x14: the middle half of its repeats": ("{}", lambda: "{:.2f} to {:.2f}".format(
-        chapter.figure(_s14, field="p25"), chapter.figure(_s14, field="p75"))),
-    "  14x14: im2col / the GEMM on its workspace": ("{}", lambda: "{:.3f} / {:.3f} ms".format(
-        chapter.figure("explicit split: im2col", "im2col", size="N=32 C=256 14x14"),
-        chapter.figure("explicit split: GEMM on the workspace", "GEMM on im2col", size="(256 x 2304)"))),
-    "  14x14: the implicit GEMM": ("{:.4f} ms", lambda: chapter.figure("resnet 256ch 14x14", "implicit GEMM")),
-    "14x14: a block per tile / split-K 4 / stream-K": ("{}", lambda: "{:.3f} / {:.3f} / {:.3f} ms".format(
-        *(chapter.figure(_share, v) for v in ("implicit, a block per tile", "implicit, split-K 4",
-                                              "implicit, stream-K")))),
-    "GEMM 4096^3: 128x128 / wide, prefetch / 16x8 a thread, BK=16": ("{}", lambda: "{:.1f} / {:.1f} / {:.1f} TFLOP/s".format(
-        *(chapter.figure("gemm 4096", t, "tflops") for t in _gemm_tiles))),
-    "  cuBLAS FP32; the best tile's fraction of it": ("{}", lambda: "{:.1f} TFLOP/s; {:.2f}".format(
-        chapter.figure("gemm 4096", "torch.matmul (cuBLAS FP32)", "tflops"),
-        chapter.figure("gemm 4096", _gemm_tiles[2], "speedup_vs_baseline"))),
-    "big layer: implicit GEMM / cuDNN FP32": ("{}", lambda: "{:.1f} / {:.1f} TFLOP/s".format(
-        chapter.figure(f"{_big} TFLOP/s"), chapter.figure("256ch 56x56", "torch conv2d (cuDNN FP32)", "tflops"))),
-    "  of cuDNN's speed": ("{:.2f}", lambda: chapter.figure(f"{_big} vs cuDNN FP32 (fraction of its speed)")),
-    "128ch 28x28: cuDNN FP32": ("{:.1f} TFLOP/s", lambda: chapter.figure(
-        "resnet 128ch 28x28", "torch conv2d (cuDNN FP32)", "tflops")),
+    "im2col workspace: 64-channel layer / the big one": ("{:.0f} / {:.0f} MB", workspace_mb(64, 56),
+                                                         workspace_mb(256, 56)),
+    "implicit vs explicit: 64ch 56x56 / 128ch 28x28 / 256ch 14x14": (
+        "{:.2f}x / {:.2f}x / {:.2f}x", *(SPEEDUP.format(key) for key, _, _ in resnet.RESNET)),
+    "  14x14: the middle half of its repeats": ("{:.2f} to {:.2f}", (SPEEDUP.format("resnet 256ch 14x14"), None, "p25"),
+                                                (SPEEDUP.format("resnet 256ch 14x14"), None, "p75")),
+    "  14x14: im2col / the GEMM on its workspace / the implicit GEMM": (
+        "{:.3f} / {:.3f} / {:.4f} ms", lambda: chapter.figure("explicit split: im2col", "im2col", size="N=32 C=256 14x14"),
+        lambda: chapter.figure("explicit split: GEMM on the workspace", "GEMM on im2col", size="(256 x 2304)"),
+        ("resnet 256ch 14x14", "implicit GEMM")),
+    "14x14: a block per tile / split-K 4 / stream-K": ("{:.3f} / {:.3f} / {:.3f} ms", *(
+        (SHARE, f"implicit, {how}") for how in ("a block per tile", "split-K 4", "stream-K"))),
+    "GEMM 4096^3: 128x128 / wide, prefetch / 16x8 a thread, BK=16": ("{:.1f} / {:.1f} / {:.1f} TFLOP/s", *(
+        ("gemm 4096", tile, "tflops") for tile in TILES)),
+    "  cuBLAS FP32; the best tile's fraction of it": ("{:.1f} TFLOP/s; {:.2f}", ("gemm 4096", resnet.CUBLAS, "tflops"),
+                                                      ("gemm 4096", TILES[2], "speedup_vs_baseline")),
+    "big layer: implicit GEMM / cuDNN FP32; of cuDNN's speed": (
+        "{:.1f} / {:.1f} TFLOP/s; {:.2f}", f"{BIG_BAR} TFLOP/s", ("256ch 56x56", resnet.CUDNN, "tflops"),
+        f"{BIG_BAR} vs cuDNN FP32 (fraction of its speed)"),
+    "128ch 28x28: cuDNN FP32": ("{:.1f} TFLOP/s", ("resnet 128ch 28x28", resnet.CUDNN, "tflops")),
 })
 
 # %%
@@ -676,18 +513,11 @@ exercises.show("ch04.4")
 #    it still a fair race if the explicit path gets that layout too?
 # 4. Change `conv2d_implicit` to NHWC input: which loads become contiguous, and what does the offset
 #    table look like when c is the fastest index?
-# 5. Precompute the column bases too (a table of N·P·Q entries) and drop `column_origin`'s
-#    divisions. Measure: does it matter, given that each thread divides only once?
-# 6. Add a `Tile(128, 64, 8, 8, 4)` and a `Tile(64, 64, 16, 4, 4)`. Which layer likes which, and why
-#    does K = 64 punish a 128-row tile?
-# 7. Split-K adds partial sums with atomics, so the output's last bits change from run to run.
+# 5. Split-K adds partial sums with atomics, so the output's last bits change from run to run.
 #    Write a deterministic version: each slice writes its own partial output, and a second kernel
-#    sums them in a fixed order. What does the extra memory traffic cost on the 14x14 layer?
-# 8. Sparse convolution (spconv): given the active input sites, build a rulebook of
-#    (input index, output index) pairs per filter offset, then gather, GEMM and scatter-add.
+#    sums them in a fixed order. What does the extra traffic cost on the 14x14 layer?
 #
 # ## References
 # - S. Chetlur et al., *cuDNN: Efficient Primitives for Deep Learning* (2014) — convolution as GEMM.
 # - NVIDIA CUTLASS, *Implicit GEMM Convolution* (docs/implicit_gemm_convolution.md).
 # - V. Volkov, *Better Performance at Lower Occupancy* (GTC 2010) — register tiling.
-# - Y. Yan et al., *SECOND: Sparsely Embedded Convolutional Detection* (2018) and spconv — rulebooks.

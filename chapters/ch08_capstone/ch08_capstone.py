@@ -509,11 +509,9 @@ exercises.show("ch08.4")
 #    same value over a whole plane), and the bias add into the GEMM's epilogue.
 # 3. Give the weight gradient a tile of 32 x 96 with 16-byte shared loads (chapter 04's wide
 #    fragments) and measure TFLOP/s against cuDNN's.
-# 4. Capture the torch twin's step into a graph as well (`torch.cuda.graph`) and compare again.
 #
 # ## References
-# - NVIDIA CUTLASS, *Implicit GEMM convolution* (the fprop, dgrad and wgrad mappings; strided dgrad).
-# - PyTorch, CUDA graphs and the graph-safe Philox generator (offsets read from device memory).
+# - NVIDIA CUTLASS, *Implicit GEMM convolution* (fprop, dgrad, wgrad); PyTorch's CUDA graphs.
 # - scikit-learn, *Optical recognition of handwritten digits* dataset (`load_digits`).
 
 # %%
