@@ -43,6 +43,7 @@ from workbook import cuda, host, plots
 
 from chapters.ch01_relu_mask import batchnorm as bn
 from chapters.ch01_relu_mask import kernels as k
+from chapters.ch01_relu_mask import measuring
 
 print(f"running on: {workbook.MODE}")
 chapter = workbook.Chapter("ch01", "ReLU with a 1-bit mask; fused BatchNorm + Add + ReLU")
@@ -258,27 +259,9 @@ if workbook.ON_GPU:
     print("memtrace counts in the simulator (WORKBOOK_DEVICE=sim); on a GPU, Nsight Compute's "
           "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum / ..._requests_... are the same counts")
 else:
-    from rich.table import Table
-
-    from workbook import memtrace, tables
-
-    traced_n = 2048
-    traced_x = cuda.to_device(rng.standard_normal(traced_n, dtype=np.float32))
-    table = Table(title=f"relu + mask, n={traced_n} as traced here; time as stored", title_justify="left")
-    for column in ("kernel", "loads: sectors / request", "stores: sectors / request",
-                   "sectors moved / element", "stored ms"):
-        table.add_column(column, justify="left" if column == "kernel" else "right")
-    for name, forward in (("sequential (naive)", k.relu_mask_sequential), ("warp ballot", k.relu_mask_ballot),
-                          ("warp ballot, 16-byte quads", k.relu_mask_quads)):
-        with memtrace.trace() as trace:
-            forward(traced_x, cuda.device_array(traced_n, np.float32),
-                    cuda.device_array(k.mask_words(traced_n), np.uint32))
-        (spaces,) = trace.kernels().values()
-        loads, stores = spaces["global ld"], spaces["global st"]
-        table.add_row(name, f"{loads.sectors_per_request:.1f}", f"{stores.sectors_per_request:.1f}",
-                      f"{(loads.sectors + stores.sectors) / traced_n:.2f}",
-                      f"{chapter.figure('relu forward + mask', name):.3f}")
-    tables.console().print(table)
+    measuring.traced_forward_table(chapter, [("sequential (naive)", k.relu_mask_sequential),
+                                             ("warp ballot", k.relu_mask_ballot),
+                                             ("warp ballot, 16-byte quads", k.relu_mask_quads)], rng)
 
 # %% [markdown]
 # ## Backward: from the mask vs from `y` vs `threshold_backward`
@@ -324,8 +307,8 @@ chapter.bar("relu backward from mask, 16-byte quads: fraction of the copy ceilin
 #
 # ### The seed case: 16 x 32 x 112 x 112
 #
-# 6.4 million elements: `dy` is 25.7 MB and fits in the H100's 50 MB L2, and so does the mask; with
-# `dx` the traffic is about 52 MB, so much of it is served by the L2 between repeats. At this size the
+# 6.4 million elements: `dy` is 25.7 MB, with `dx` about 52 MB of traffic, which a Hopper GPU's
+# 50 MB L2 largely serves between repeats. At this size the
 # launch (~15-20 µs from Python, more with each array argument) is a large part of the time.
 
 # %%
@@ -360,38 +343,10 @@ workbook.show(bn.bn_forward_kernel)
 workbook.show(bn.bn_backward_dx_kernel)
 
 # %%
-def bn_case(shape, with_identity):
-    """Device buffers and the float64 reference for one BatchNorm + (Add) + ReLU step."""
-    x, identity, gamma, beta, running_mean, running_var = bn.batchnorm_inputs(rng, shape, with_identity=with_identity)
-    dy = rng.standard_normal(shape, dtype=np.float32)
-    y_ref, mask_ref, saved_ref, mean_ref, var_ref = bn.batchnorm_forward_reference(
-        x, gamma, beta, running_mean, running_var, identity=identity)
-    positive = y_ref > 0
-    grads_ref = bn.batchnorm_backward_reference(dy, positive, x, gamma, saved_ref, with_identity=with_identity)
-    host = dict(x=x, identity=identity, gamma=gamma, beta=beta, running_mean=running_mean,
-                running_var=running_var, dy=dy)
-    dev = {name: (cuda.to_device(a) if a is not None else None) for name, a in host.items()}
-    dev.update(y=cuda.device_array(shape, np.float32), mask=cuda.device_array(mask_ref.shape, np.uint32),
-               saved=cuda.device_array((2, shape[1]), np.float64), dx=cuda.device_array(shape, np.float32),
-               d_identity=cuda.device_array(shape, np.float32) if with_identity else None,
-               dgamma=cuda.device_array(shape[1], np.float32), dbeta=cuda.device_array(shape[1], np.float32))
-    refs = dict(y=y_ref, mask=mask_ref, saved=saved_ref, running_mean=mean_ref, running_var=var_ref,
-                grads=tuple(g for g in grads_ref if g is not None))
-    return host, dev, refs
-
-
-def fused_step(d):
-    bn.batchnorm_relu_forward(d["x"], d["gamma"], d["beta"], d["running_mean"], d["running_var"], d["y"],
-                              d["mask"], d["saved"], identity=d["identity"])
-    grads = bn.batchnorm_relu_backward(d["dy"], d["mask"], d["x"], d["gamma"], d["saved"], d["dx"], d["dgamma"],
-                                       d["dbeta"], d_identity=d["d_identity"])
-    return tuple(g for g in grads if g is not None)
-
-
 for shape in [(2, 3, 5, 7), (3, 2, 1, 33), (1, 1, 1, 2)]:
     for with_identity in (True, False):
-        host, dev, refs = bn_case(shape, with_identity)
-        grads = fused_step(dev)
+        host, dev, refs = measuring.bn_case(rng, shape, with_identity)
+        grads = measuring.fused_step(dev)
         name = f"BN{' + add' if with_identity else ''} + ReLU {shape}"
         workbook.assert_close(dev["y"], refs["y"], rtol=1e-5, atol=1e-5, name=f"{name} y")
         workbook.assert_close(dev["mask"], refs["mask"], exact=True, name=f"{name} mask")
@@ -410,28 +365,12 @@ print("fused BatchNorm (+ add) + ReLU agrees with NumPy")
 
 # %%
 bn_shape = workbook.size(gpu=(32, 256, 56, 56), sim=(2, 4, 6, 6))
-host, dev, refs = bn_case(bn_shape, True)
-torch_step = None
-if torch is not None:
-    tv = workbook.bench.torch_view
-    t_x, t_identity = tv(dev["x"]).requires_grad_(), tv(dev["identity"]).requires_grad_()
-    t_gamma = torch.tensor(host["gamma"], device="cuda", requires_grad=True)
-    t_beta = torch.tensor(host["beta"], device="cuda", requires_grad=True)
-    t_mean, t_var = torch.zeros(bn_shape[1], device="cuda"), torch.ones(bn_shape[1], device="cuda")
-    t_dy = tv(dev["dy"])
-
-    def torch_step():
-        for leaf in (t_x, t_identity, t_gamma, t_beta):
-            leaf.grad = None
-        z = torch.nn.functional.batch_norm(t_x, t_mean, t_var, t_gamma, t_beta, training=True, momentum=0.1,
-                                           eps=1e-5)
-        torch.relu(z + t_identity).backward(t_dy)
-        return t_x.grad, t_identity.grad, t_gamma.grad, t_beta.grad
-
+host, dev, refs = measuring.bn_case(rng, bn_shape, True)
+torch_step = None if torch is None else measuring.torch_bn_step(torch, host, dev)
 elements = int(np.prod(bn_shape))
 bn_result = chapter.compare(
     "bn+add+relu fwd+bwd",
-    {"fused (4 kernels, 1-bit mask)": lambda: fused_step(dev)},
+    {"fused (4 kernels, 1-bit mask)": lambda: measuring.fused_step(dev)},
     reference=refs["grads"],
     baselines={"torch unfused (autograd)": torch_step},
     check=lambda out, ref, name: workbook.assert_close(out, ref, rtol=1e-4, atol=1e-4, name=name),
@@ -449,26 +388,7 @@ chapter.bar("fused BN+add+relu fwd+bwd: fraction of the copy ceiling, 32x256x56x
 
 # %%
 sweep_sizes = [1 << p for p in (range(16, 29, 2) if workbook.ON_GPU else range(6, 13, 2))]
-series = {"sequential (naive)": [], "warp ballot": [], "warp ballot, 8-byte words": [], "torch.relu (no mask)": []}
-for size in sweep_sizes:
-    s_x, s_y, s_mask = x[:size], y[:size], mask[:k.mask_words(size)]
-    t_x = workbook.bench.torch_view(s_x)
-    result = chapter.compare(
-        "relu forward sweep",
-        {"sequential (naive)": lambda: k.relu_mask_sequential(s_x, s_y, s_mask),
-         "warp ballot": lambda: k.relu_mask_ballot(s_x, s_y, s_mask),
-         "warp ballot, 8-byte words": lambda: k.relu_mask_wide(s_x, s_y, s_mask)},
-        reference=lambda: k.relu_mask_reference(s_x.copy_to_host()),
-        baselines={"torch.relu (no mask)": lambda: torch.relu(t_x)},
-        check_baselines=False,
-        bytes=8.125 * size,
-        size=f"n={size:,}",
-        repeats=20,
-        show=False,
-    )
-    for name in series:
-        series[name].append(result.gbps(name))
-
+series = measuring.forward_sweep(chapter, torch, x, y, mask, sweep_sizes)
 if workbook.ON_GPU:
     figure = plots.sweep(sweep_sizes, series, ceiling=workbook.bench.copy_ceiling()["gbps"],
                          xlabel="float32 elements", ylabel="GB/s (8.125 bytes per element)",
@@ -510,26 +430,22 @@ else:
 # bullets point to:
 
 # %%
-_fwd, _bwd, _seed, _bn = "relu forward + mask", "relu backward", "relu backward, seed case", "bn+add+relu fwd+bwd"
-_fused_bn = "fused (4 kernels, 1-bit mask)"
+FWD, BWD, BN, FUSED = "relu forward + mask", "relu backward", "bn+add+relu fwd+bwd", "fused (4 kernels, 1-bit mask)"
 chapter.show_figures({
-    "forward at 2^28: sequential / warp ballot": ("{}", lambda: "{:.2f} / {:.2f} ms".format(
-        chapter.figure(_fwd, "sequential (naive)"), chapter.figure(_fwd, "warp ballot"))),
+    "forward at 2^28: sequential / warp ballot": ("{:.2f} / {:.2f} ms", (FWD, "sequential (naive)"), (FWD, "warp ballot")),
     "forward, 16-byte quads: time / torch.relu's": ("{:.3f}", lambda: 1 / chapter.figure(
-        _fwd, "warp ballot, 16-byte quads", "speedup_vs_baseline")),
-    "backward from the mask, quads: vs from y / vs threshold_backward": ("{}", lambda: "{:.2f}x / {:.2f}x".format(
-        chapter.figure(_bwd, "from mask, 16-byte quads", "speedup_vs_first"),
-        chapter.figure(_bwd, "from mask, 16-byte quads", "speedup_vs_baseline"))),
-    "backward at 2^28: 8-byte words / 4-byte": ("{}", lambda: "{:.3f} / {:.3f} ms".format(
-        chapter.figure(_bwd, "from mask, 8-byte words"), chapter.figure(_bwd, "from mask (8.125 B/elt)"))),
-    "  host cost a call: 8-byte words / quads": ("{}", lambda: "{:.0f} / {:.0f} us".format(
-        chapter.figure(_bwd, "from mask, 8-byte words", "host_us"),
-        chapter.figure(_bwd, "from mask, 16-byte quads", "host_us"))),
+        FWD, "warp ballot, 16-byte quads", "speedup_vs_baseline")),
+    "backward from the mask, quads: vs from y / vs threshold_backward": (
+        "{:.2f}x / {:.2f}x", (BWD, "from mask, 16-byte quads", "speedup_vs_first"),
+        (BWD, "from mask, 16-byte quads", "speedup_vs_baseline")),
+    "backward at 2^28: 8-byte words / 4-byte": ("{:.3f} / {:.3f} ms", (BWD, "from mask, 8-byte words"),
+                                                (BWD, "from mask (8.125 B/elt)")),
+    "  host cost a call: 8-byte words / quads": ("{:.0f} / {:.0f} us", (BWD, "from mask, 8-byte words", "host_us"),
+                                                 (BWD, "from mask, 16-byte quads", "host_us")),
     "backward at 16x32x112x112 (in the L2)": ("{:.0f} us", lambda: 1000 * chapter.figure(
-        _seed, "from mask (8.125 B/elt)")),
-    "fused BatchNorm step: vs torch's unfused (speed-up)": ("{:.2f}x", lambda: chapter.figure(
-        _bn, _fused_bn, "speedup_vs_baseline")),
-    "  fraction of the copy ceiling": ("{:.0%}", lambda: chapter.figure(_bn, _fused_bn, "fraction_of_ceiling")),
+        "relu backward, seed case", "from mask (8.125 B/elt)")),
+    "fused BatchNorm step: vs torch's unfused (speed-up); of the copy ceiling": (
+        "{:.2f}x; {:.0%}", (BN, FUSED, "speedup_vs_baseline"), (BN, FUSED, "fraction_of_ceiling")),
 })
 
 # %%
