@@ -50,6 +50,7 @@ import workbook
 from workbook import cuda, plots
 
 from chapters.ch05_directives import kernels as k
+from chapters.ch05_directives import measuring
 from chapters.ch05_directives import pipeline as p
 
 print(f"running on: {workbook.MODE}; directive variant compiled for: {k.DIRECTIVE_TARGET}")
@@ -178,19 +179,6 @@ pinned_a, pinned_b = p.pinned_pair(image_a, image_b)  # the two planes of one pi
 pinned_out = cuda.pinned_array((height, width), np.uint8)
 print(f"{height} x {width} = {pixels:,} pixels, {pixels:,} bytes per image")
 
-
-def without_ceiling(comparison):
-    """These cases are bound by the bus, not by HBM: drop the device-copy ceiling from the record."""
-    for timing in comparison.timings:
-        timing.ceiling_gbps = None
-    comparison.ceiling = None
-    chapter.cases[-1].update(ceiling=None, rows=comparison.rows())
-    comparison.show()
-    if not workbook.ON_GPU:
-        chapter.show_stored(chapter.cases[-1]["key"])
-    return comparison
-
-
 # %% [markdown]
 # ## The bus: host ↔ device bandwidth
 #
@@ -199,39 +187,8 @@ def without_ceiling(comparison):
 # same time* on two streams: whether the two directions add up is what the pipeline bets on.
 
 # %%
-device_image = cuda.to_device(image_a)
-device_other = cuda.to_device(image_b)
-pageable_out = np.empty_like(image_a)
-up_stream, down_stream = cuda.stream(), cuda.stream()
-
-
-def both_ways():
-    device_other.copy_to_device(pinned_b, stream=up_stream)
-    device_image.copy_to_host(pinned_out, stream=down_stream)
-    up_stream.synchronize()
-    down_stream.synchronize()
-
-
-one_way = without_ceiling(chapter.compare(
-    "host-device copies",
-    {
-        "up, pageable": lambda: device_image.copy_to_device(image_a),
-        "up, pinned": lambda: device_image.copy_to_device(pinned_a),
-        "down, pageable": lambda: device_image.copy_to_host(pageable_out),
-        "down, pinned": lambda: device_image.copy_to_host(pinned_out),
-    },
-    bytes=pixels, repeats=20, size=f"{pixels:,} bytes", show=False,
-))
-two_ways = without_ceiling(chapter.compare(
-    "copies both ways at once",
-    {"up and down at once, pinned": both_ways},
-    bytes=2 * pixels, repeats=20, size=f"2 x {pixels:,} bytes", show=False,
-))
-if workbook.ON_GPU:
-    up_rate, down_rate = one_way["up, pinned"].gbps, one_way["down, pinned"].gbps
-    both_rate = two_ways["up and down at once, pinned"].gbps
-    print(f"pinned: up {up_rate:.1f} GB/s, down {down_rate:.1f} GB/s, both at once {both_rate:.1f} GB/s "
-          f"in total ({both_rate / max(up_rate, down_rate):.2f}x one direction)")
+device_image, device_other = cuda.to_device(image_a), cuda.to_device(image_b)
+rates = measuring.bus_copies(chapter, device_image, device_other, image_a, pinned_a, pinned_b, pinned_out)
 
 # %% [markdown]
 # ## A sequence of 10 merges: directive vs data region
@@ -310,13 +267,7 @@ chapter.bar("shared-memory blur vs 2-D blur (kernel time, 64 MP)",
 
 # %%
 host_costs = p.host_cost_us(width, calls=workbook.size(gpu=200, sim=1))
-chapter.cases.append({"key": "host cost per call", "size": f"1 row of {width} bytes", "ceiling": None, "rows": [
-    {"variant": name, "kind": "kernel", "correct": None,
-     "median_ms": us / 1e3 if workbook.ON_GPU else None, "p25_ms": None, "p75_ms": None,
-     "repeats": 200 if workbook.ON_GPU else 1, "bytes": None, "flops": None, "gbps": None, "tflops": None,
-     "fraction_of_ceiling": None} for name, us in host_costs.items()]})
-for name, us in host_costs.items():
-    print(f"{name:<40} {us:8.1f} us per call" + ("" if workbook.ON_GPU else "  (simulator: meaningless)"))
+measuring.record_host_costs(chapter, host_costs, width)
 
 # %% [markdown]
 # ## What a copy costs the bus
@@ -326,19 +277,8 @@ for name, us in host_costs.items():
 # why the pipeline moves both images of a block in one 2-D copy.
 
 # %%
-copy_pieces = [1, 16, 64, 128, 256]
-split_ms = p.split_copy_ms(workbook.size(gpu=128 << 20, sim=1 << 10), copy_pieces)
-if workbook.ON_GPU:
-    for count, ms in split_ms.items():
-        extra_us = (ms - split_ms[1]) * 1e3 / max(count - 1, 1)
-        extra = f"  (+{extra_us:.1f} us per extra copy)" if count > 1 else ""
-        print(f"128 MiB in {count:3d} copies: {ms:.3f} ms{extra}")
-    chapter.cases.append({"key": "bus cost per copy", "size": "128 MiB up, pinned", "ceiling": None, "rows": [
-        {"variant": f"{count} copies", "kind": "copy", "correct": None, "median_ms": ms, "p25_ms": None,
-         "p75_ms": None, "repeats": 7, "bytes": 128 << 20, "flops": None, "gbps": (128 << 20) / ms / 1e6,
-         "tflops": None, "fraction_of_ceiling": None} for count, ms in split_ms.items()]})
-else:
-    chapter.show_stored("bus cost per copy")  # the reference GPU's, from results/
+split_bytes = workbook.size(gpu=128 << 20, sim=1 << 10)
+measuring.record_copy_split(chapter, p.split_copy_ms(split_bytes, [1, 16, 64, 128, 256]), split_bytes)
 
 # %% [markdown]
 # ## A sweep: how many blocks?
@@ -359,48 +299,20 @@ else:
 sweep_blocks = workbook.size(gpu=[1, 2, 4, 6, 8, 12, 16, 24, 32, 64], sim=[1, 2, 3])
 pipeline_streams = 4
 expected = k.merge_blur_reference(image_a, image_b)
-sweep_ms, graph_ms, sweep_results = [], [], []
-for blocks in sweep_blocks:
-    pipeline = p.Pipeline(height, width, blocks, pipeline_streams, "2d")
-    result = chapter.compare(
-        f"pipeline sweep, {blocks} blocks",
-        {"pipelined": lambda: pipeline.run(pinned_a, pinned_b, pinned_out),
-         "pipelined, one graph": pipeline.graph(pinned_a, pinned_b, pinned_out)},
-        reference=expected,
-        repeats=10, size=f"{height}x{width} uint8, {blocks} blocks, {min(blocks, pipeline_streams)} streams",
-        show=False,
-    )
-    sweep_ms.append(result["pipelined"].median_ms)
-    graph_ms.append(result["pipelined, one graph"].median_ms)
-    sweep_results.append(result)
+sweep_ms, graph_ms, sweep_results = measuring.block_sweep(chapter, (pinned_a, pinned_b, pinned_out), expected,
+                                                         sweep_blocks, pipeline_streams)
 pipeline_blocks = sweep_blocks[int(np.argmin(sweep_ms))] if workbook.ON_GPU else 3
 print(f"pipeline used below: {pipeline_blocks} blocks on {pipeline_streams} streams")
-
 if workbook.ON_GPU:
-    up_ms = 2 * pixels / (up_rate * 1e9) * 1e3
-    down_ms = pixels / (down_rate * 1e9) * 1e3
-    figure = plots.sweep(sweep_blocks, {f"pipelined, {pipeline_streams} streams": sweep_ms,
-                                        f"pipelined, {pipeline_streams} streams, one graph": graph_ms},
-                         xlabel="row blocks", ylabel="ms, end to end (lower is better)",
-                         title="merge + blur of 8192 x 8192, pinned memory")
-    axes = figure.axes[0]
-    axes.axhline(up_ms + down_ms, linestyle="--", color="tab:red", label="bus bound, serial")
-    axes.axhline(max(up_ms, down_ms), linestyle=":", color="tab:green", label="bus bound, overlapped")
-    axes.legend()
-    chapter.savefig(figure, "blocks_sweep")
+    up_ms, down_ms = 2 * pixels / (rates[0] * 1e9) * 1e3, pixels / (rates[1] * 1e9) * 1e3
+    chapter.savefig(measuring.plot_sweep(sweep_blocks, sweep_ms, graph_ms, pipeline_streams, up_ms, down_ms),
+                    "blocks_sweep")
     for blocks, ms, graph in zip(sweep_blocks, sweep_ms, graph_ms):
         print(f"{blocks:3d} blocks: {ms:.2f} ms from Python, {graph:.2f} ms as one graph")
-    def against_best(variant, times):
-        """64 blocks / the best count: the ratio of medians, and its spread from their quartiles
-        (the two were timed in separate runs of the sweep, so no per-repeat ratio exists)."""
-        at_64, best = (sweep_results[i][variant] for i in (sweep_blocks.index(64), int(np.argmin(times))))
-        (low_64, high_64), (low_best, high_best) = at_64.spread_ms, best.spread_ms
-        return at_64.median_ms / best.median_ms, low_64 / high_best, high_64 / low_best
-
     chapter.bar("pipeline at 64 blocks / at its best block count (end to end)",
-                against_best("pipelined", sweep_ms), at_most=1.20)
+                measuring.against_best(sweep_blocks, sweep_results, "pipelined", sweep_ms), at_most=1.20)
     chapter.bar("pipeline as one graph at 64 blocks / at its best block count (end to end)",
-                against_best("pipelined, one graph", graph_ms), at_most=1.20)
+                measuring.against_best(sweep_blocks, sweep_results, "pipelined, one graph", graph_ms), at_most=1.20)
 else:
     print("simulator: the sweep ran and was checked at", sweep_blocks, "blocks; the plot needs a GPU's times.")
     chapter.show_stored_figure("blocks_sweep")  # the same plot, measured on the reference GPU
@@ -436,7 +348,7 @@ chapter.bar("pipelined (pinned) vs data region (pageable), 64 MP merge + blur, e
 
 if workbook.ON_GPU:
     # What the bus allows: serially the copies add up; overlapped, the longer direction is the floor.
-    print(f"bus bound, serial:    2 x 64 MiB up at {up_rate:.1f} GB/s + 64 MiB down at {down_rate:.1f} GB/s "
+    print(f"bus bound, serial:    2 x 64 MiB up at {rates[0]:.1f} GB/s + 64 MiB down at {rates[1]:.1f} GB/s "
           f"= {up_ms:.2f} + {down_ms:.2f} = {up_ms + down_ms:.2f} ms")
     print(f"bus bound, pipelined: max({up_ms:.2f}, {down_ms:.2f}) = {max(up_ms, down_ms):.2f} ms "
           f"(if the two directions overlap fully)")
@@ -507,31 +419,26 @@ for name, spans in timelines.items():
 # The figures these bullets point to:
 
 # %%
-_copies, _calls, _bus = "host-device copies", "host cost per call", "bus cost per copy"
-_e2e, _merges = "merge + blur end to end", "10 merges end to end"
+COPIES, CALLS, BUS, E2E, MERGES = ("host-device copies", "host cost per call", "bus cost per copy",
+                                   "merge + blur end to end", "10 merges end to end")
 chapter.show_figures({
-    "merge on the device / 64 MiB up, pinned": ("{}", lambda: "{:.3f} / {:.2f} ms".format(
-        chapter.figure("merge on the device", "merge kernel"), chapter.figure(_copies, "up, pinned"))),
-    "64 MiB up: pageable / pinned; down: pageable / pinned": ("{}", lambda: "{:.0f} / {:.0f}; {:.0f} / {:.0f} GB/s".format(
-        *(chapter.figure(_copies, v, "gbps") for v in ("up, pageable", "up, pinned", "down, pageable",
-                                                        "down, pinned")))),
-    "both ways at once, pinned": ("{:.0f} GB/s", lambda: chapter.figure(
-        "copies both ways at once", "up and down at once, pinned", "gbps")),
-    "10 merges: directive / @cuda.jit on host arrays / data region": ("{}", lambda: "{:.0f} / {:.0f} / {:.1f} ms".format(
-        *(chapter.figure(_merges, v) for v in ("directive (@vectorize), host arrays", "@cuda.jit on host arrays",
-                                                "data region")))),
-    "host a call: copy_to_device / driver.host_to_device": ("{}", lambda: "{:.0f} / {:.1f} us".format(
-        chapter.figure(_calls, "DeviceNDArray.copy_to_device, 1 row") * 1e3,
-        chapter.figure(_calls, "driver.host_to_device, 1 row") * 1e3)),
-    "128 MiB up, pinned: as 1 copy / as 128": ("{}", lambda: "{:.2f} / {:.2f} ms".format(
-        chapter.figure(_bus, "1 copies"), chapter.figure(_bus, "128 copies"))),
-    "blur on the device: 2-D grid / shared-memory tile": ("{}", lambda: "{:.3f} / {:.3f} ms".format(
-        chapter.figure("blur on the device", "2-D grid (collapse)"),
-        chapter.figure("blur on the device", "shared-memory tile"))),
-    "merge + blur: data region (pageable) / serial (pinned) / pipelined": ("{}", lambda: "{:.1f} / {:.1f} / {:.1f} ms".format(
-        *(chapter.figure(_e2e, v) for v in ("data region, pageable", "serial, pinned", "pipelined, 2-D blur")))),
-    "pipeline at 64 blocks / at its best block count": ("{:.2f}", lambda: chapter.figure(
-        "pipeline at 64 blocks / at its best block count (end to end)")),
+    "merge on the device / 64 MiB up, pinned": ("{:.3f} / {:.2f} ms", ("merge on the device", "merge kernel"),
+                                                (COPIES, "up, pinned")),
+    "64 MiB up: pageable / pinned; down: pageable / pinned": ("{:.0f} / {:.0f}; {:.0f} / {:.0f} GB/s", *(
+        (COPIES, v, "gbps") for v in ("up, pageable", "up, pinned", "down, pageable", "down, pinned"))),
+    "both ways at once, pinned": ("{:.0f} GB/s", ("copies both ways at once", "up and down at once, pinned", "gbps")),
+    "10 merges: directive / @cuda.jit on host arrays / data region": ("{:.0f} / {:.0f} / {:.1f} ms", *(
+        (MERGES, v) for v in ("directive (@vectorize), host arrays", "@cuda.jit on host arrays", "data region"))),
+    "host a call: copy_to_device / driver.host_to_device": (
+        "{:.0f} / {:.1f} us", lambda: chapter.figure(CALLS, "DeviceNDArray.copy_to_device, 1 row") * 1e3,
+        lambda: chapter.figure(CALLS, "driver.host_to_device, 1 row") * 1e3),
+    "128 MiB up, pinned: as 1 copy / as 128": ("{:.2f} / {:.2f} ms", (BUS, "1 copies"), (BUS, "128 copies")),
+    "blur on the device: 2-D grid / shared-memory tile": ("{:.3f} / {:.3f} ms", *(
+        ("blur on the device", v) for v in ("2-D grid (collapse)", "shared-memory tile"))),
+    "merge + blur: data region (pageable) / serial (pinned) / pipelined": ("{:.1f} / {:.1f} / {:.1f} ms", *(
+        (E2E, v) for v in ("data region, pageable", "serial, pinned", "pipelined, 2-D blur"))),
+    "pipeline at 64 blocks / at its best block count": (
+        "{:.2f}", "pipeline at 64 blocks / at its best block count (end to end)"),
 })
 
 # %%
