@@ -39,19 +39,17 @@ import functools
 import numpy as np
 
 import workbook
-from workbook import cuda, host, plots
+from workbook import cuda, plots
 
 from chapters.ch06_softmax import kernels as k
+from chapters.ch06_softmax import measuring
 
 print(f"running on: {workbook.MODE}")
 chapter = workbook.Chapter("ch06", "Softmax and cross-entropy: warp and block reductions")
 rng = np.random.default_rng(0)
 
-
-def logits_like(rows, ncols, dtype=np.float32, scale=4.0, generator=rng):
-    # generator.standard_normal((rows, ncols)), drawn on every core for a GPU's sizes (workbook/host.py)
-    return (host.standard_normal(generator, (rows, ncols)) * np.float32(scale)).astype(dtype)
-
+torch = workbook.bench.optional_torch()
+logits_like = functools.partial(measuring.logits_like, generator=rng)  # drawn on every core for a GPU's sizes
 
 # %% [markdown]
 # ## The reference, and why it subtracts the max
@@ -178,48 +176,8 @@ workbook.show_ptx(k.warp_softmax_kernel(8, full=True, width=4), np.zeros((4, 256
 shapes = [(1, 1), (3, 31), (5, 33), (2, 1024), (3, 1025), (workbook.size(gpu=257, sim=2), 32000),
           workbook.size(gpu=(4099, 1003), sim=(37, 97))]
 
-
-@functools.cache  # a case's warm-up call (on a GPU) and its check share inputs and references
-def shape_case(rows, ncols, dtype, seed):
-    case_rng = np.random.default_rng(seed)
-    x = logits_like(rows, ncols, dtype, generator=case_rng)
-    t = case_rng.integers(0, ncols, rows).astype(np.int32)
-    return x, t, k.softmax_reference(x), k.cross_entropy_reference(x, t), k.cross_entropy_backward_reference(x, t)
-
-
-def check_shape(rows, ncols, dtype, seed, parts=("softmax", "cross-entropy", "backward")):
-    """The naive and the optimized wrapper of each of `parts` on one shape, against the references."""
-    x, t, probabilities, expected, gradient = shape_case(rows, ncols, dtype, seed)
-    d_x, d_t = cuda.to_device(x), cuda.to_device(t)
-    # float32: the naive kernel adds up to 32000 exps one after another, and such a sum drifts
-    # by ~1e-4 relative; the warp and block kernels add in a tree and stay near 1e-6.
-    tol = dict(rtol=1e-4 if ncols <= 1025 else 1e-3, atol=1e-6) if dtype == np.float32 else {}
-    for softmax in (k.softmax_naive, k.softmax) if "softmax" in parts else ():
-        out = softmax(d_x, cuda.device_array_like(d_x))
-        workbook.assert_close(out, probabilities, name=f"{softmax.__name__} {rows}x{ncols}", **tol)
-    for forward in (k.cross_entropy_naive, k.cross_entropy) if "cross-entropy" in parts else ():
-        got = forward(d_x, d_t, cuda.device_array(rows, np.float32), cuda.device_array(rows, np.float32),
-                      cuda.device_array(1, np.float32))
-        for out, ref, what in zip(got, expected, ("mean", "loss", "lse")):
-            workbook.assert_close(out, ref, rtol=1e-4, atol=1e-5, name=f"{forward.__name__} {what}")
-    d_lse = cuda.to_device(expected[2])
-    for backward in (k.cross_entropy_backward_naive, k.cross_entropy_backward) if "backward" in parts else ():
-        grad = backward(d_x, d_t, d_lse, cuda.device_array_like(d_x))
-        workbook.assert_close(grad, gradient, name=backward.__name__, **tol)
-
-
-# float16 at every shape on a GPU; in the simulator (every CUDA thread run in Python) at the shapes
-# that take its other code paths: 33 and 1025 columns (element by element), 32000 (a block per row).
-cases = [(rows, ncols, dtype, seed) for seed, (rows, ncols) in enumerate(shapes) for dtype in (np.float32, np.float16)
-         if dtype == np.float32 or workbook.ON_GPU or ncols in (33, 1025, 32000)]
-# a GPU compiles their kernels side by side, each case's three parts apart
-workbook.warm_up([lambda case=case, part=part: check_shape(*case, parts=(part,))
-                  for case in cases for part in ("softmax", "cross-entropy", "backward")])
-for case in cases:
-    check_shape(*case)
-shape_case.cache_clear()  # their inputs and references are not needed again
-print("all kernels agree with the float64 references at", shapes, "in float32, and float16 at",
-      sorted({(rows, ncols) for rows, ncols, dtype, _ in cases if dtype == np.float16}))
+float16_shapes = measuring.check_shapes(shapes)
+print("all kernels agree with the float64 references at", shapes, "in float32, and float16 at", float16_shapes)
 
 # %%
 x = np.zeros((4, 1025), dtype=np.float32)
@@ -246,7 +204,7 @@ except ValueError as error:
 # %% [markdown]
 # ## Softmax: naive vs warp per row vs `torch.softmax`
 #
-# 49152 rows of 1024 float32 (192 MiB in, 192 MiB out: four times the H100's 50 MB L2). The least
+# 49152 rows of 1024 float32 (192 MiB in, 192 MiB out: four times a Hopper GPU's 50 MB L2). The least
 # a softmax can move is the input read once and the output written once: **8 bytes per element**.
 # "two passes" is the same warp per row without the registers: an online (max, sum) pass, then
 # a second read of the row (from L1/L2, since it was just read) to write the output.
@@ -256,10 +214,7 @@ rows, ncols = workbook.size(gpu=(49152, 1024), sim=(5, 1024))
 d_x = cuda.to_device(logits_like(rows, ncols))
 d_out = cuda.device_array_like(d_x)
 t_x = workbook.bench.torch_view(d_x)
-def close(out, ref, name):
-    # rtol 1e-3 for rows past 1025 columns: the naive kernel's sequential float32 sum (see above)
-    workbook.assert_close(out, ref, rtol=1e-4 if ref.shape[1] <= 1025 else 1e-3, atol=1e-6, name=name)
-
+close = measuring.close  # rtol 1e-3 past 1025 columns: the naive kernel's sequential sum
 
 softmax_result = chapter.compare(
     "softmax",
@@ -271,7 +226,7 @@ softmax_result = chapter.compare(
     },
     reference=lambda: k.softmax_reference(d_x.copy_to_host()),
     check=close,
-    baselines={"torch.softmax": lambda: __import__("torch").softmax(t_x, 1)},
+    baselines={"torch.softmax": lambda: torch.softmax(t_x, 1)},
     bytes=8 * rows * ncols,
     size=f"{rows}x{ncols} float32",
 )
@@ -290,19 +245,16 @@ softmax16_result = chapter.compare(
         "warp per row, registers, 16-byte": lambda: k.softmax(d_x16, d_out16),
     },
     reference=lambda: k.softmax_reference(d_x16.copy_to_host()),
-    baselines={"torch.softmax": lambda: __import__("torch").softmax(t_x16, 1)},
+    baselines={"torch.softmax": lambda: torch.softmax(t_x16, 1)},
     bytes=4 * rows * ncols,
     size=f"{rows}x{ncols} float16",
 )
 chapter.bar(f"softmax {rows}x{ncols} f16: warp per row, 16-byte accesses: fraction of the copy ceiling",
             softmax16_result.fraction("warp per row, registers, 16-byte"), at_least=0.85)
-if workbook.ON_GPU:  # what the compiler made of the kernels: no local memory means registers
-    slots, full = k._slots(ncols), ncols == 32 * k._slots(ncols)
-    for name, kernel in (("registers", k.warp_softmax_kernel(slots, full=full, width=1)),
-                         ("registers, 16-byte", k.warp_softmax_kernel(slots, full=full, width=4)),
-                         ("two passes", k.row_kernels(k.WARP, 1).softmax)):
-        print(f"warp per row, {name}: registers/thread {list(kernel.get_regs_per_thread().values())}, "
-              f"local bytes/thread {list(kernel.get_local_mem_per_thread().values())}")
+slots, full = k._slots(ncols), ncols == 32 * k._slots(ncols)  # what the compiler made of the kernels
+measuring.show_registers({"warp per row, registers": k.warp_softmax_kernel(slots, full=full, width=1),
+                          "warp per row, registers, 16-byte": k.warp_softmax_kernel(slots, full=full, width=4),
+                          "warp per row, two passes": k.row_kernels(k.WARP, 1).softmax})
 
 # %% [markdown]
 # ## Cross-entropy forward: naive vs fused vs `torch.nn.functional.cross_entropy`
@@ -323,7 +275,7 @@ k.check_targets(d_targets, ncols)
 d_losses, d_lse, d_mean = (cuda.device_array(rows, np.float32), cuda.device_array(rows, np.float32),
                            cuda.device_array(1, np.float32))
 t_logits = workbook.bench.torch_view(d_logits)
-t_targets = None if t_logits is None else __import__("torch").as_tensor(targets, device="cuda")  # int64
+t_targets = None if t_logits is None else torch.as_tensor(targets, device="cuda")  # int64
 loose = lambda out, ref, name: workbook.assert_close(out, ref, rtol=1e-4, atol=1e-5, name=name)  # noqa: E731
 
 forward_result = chapter.compare(
@@ -338,7 +290,7 @@ forward_result = chapter.compare(
     },
     reference=lambda: k.cross_entropy_reference(logits, targets)[0],
     check=loose,
-    baselines={"torch cross_entropy": lambda: __import__("torch").nn.functional.cross_entropy(
+    baselines={"torch cross_entropy": lambda: torch.nn.functional.cross_entropy(
         t_logits, t_targets).reshape(1)},
     bytes=4 * rows * ncols + 12 * rows,
     size=f"{rows}x{ncols} float32",
@@ -346,11 +298,8 @@ forward_result = chapter.compare(
 )
 chapter.bar(f"fused cross-entropy forward {rows}x{ncols} f32, 16-byte loads: fraction of the copy ceiling",
             forward_result.fraction("fused, 16-byte loads"), at_least=0.85)
-if workbook.ON_GPU:
-    for name, width in (("fused forward", 1), ("fused forward, 16-byte", 4)):
-        fused = k.row_kernels(k.ROW_THREADS, width).cross_entropy
-        print(f"{name}: registers/thread {list(fused.get_regs_per_thread().values())}, "
-              f"local bytes/thread {list(fused.get_local_mem_per_thread().values())}")
+measuring.show_registers({"fused forward": k.row_kernels(k.ROW_THREADS, 1).cross_entropy,
+                          "fused forward, 16-byte": k.row_kernels(k.ROW_THREADS, 4).cross_entropy})
 
 # %% [markdown]
 # ## Cross-entropy backward: `(softmax - onehot) / batch` in one pass
@@ -364,7 +313,6 @@ d_grad = cuda.device_array_like(d_logits)
 
 
 def torch_backward():
-    torch = __import__("torch")
     grad = torch.softmax(t_logits, 1)
     grad[torch.arange(rows, device="cuda"), t_targets] -= 1
     return grad.div_(rows)
@@ -399,44 +347,7 @@ chapter.compare(
 # %%
 sweep_columns = [32, 100, 256, 1000, 1024, 1025, 4096, 32000] if workbook.ON_GPU else [32, 1024, 1025]
 total = workbook.size(gpu=1 << 25, sim=3 * 1025)
-softmax_series = {"one thread per row": [], "warp/block per row": [], "torch.softmax": []}
-forward_series = {"one thread per row + tree mean": [], "fused": [], "torch cross_entropy": []}
-for ncols in sweep_columns:
-    rows = max(1, total // ncols)
-    s_host = logits_like(rows, ncols)  # kept for the references: no copy back of the 128 MiB
-    s_x = cuda.to_device(s_host)
-    s_out = cuda.device_array_like(s_x)
-    s_t = rng.integers(0, ncols, rows)
-    s_dt = cuda.to_device(s_t.astype(np.int32))
-    s_losses, s_lse, s_mean = (cuda.device_array(rows, np.float32), cuda.device_array(rows, np.float32),
-                               cuda.device_array(1, np.float32))
-    ts_x = workbook.bench.torch_view(s_x)
-    ts_t = None if ts_x is None else __import__("torch").as_tensor(s_t, device="cuda")
-    result = chapter.compare(
-        "softmax sweep",
-        {"one thread per row": lambda: k.softmax_naive(s_x, s_out),
-         "warp/block per row": lambda: k.softmax(s_x, s_out)},
-        reference=lambda: k.softmax_reference(s_host),
-        check=close,
-        baselines={"torch.softmax": lambda: __import__("torch").softmax(ts_x, 1)},
-        bytes=8 * rows * ncols, size=f"{rows}x{ncols}", repeats=10, show=False,
-    )
-    for name in softmax_series:
-        softmax_series[name].append(result.gbps(name))
-    result = chapter.compare(
-        "cross-entropy forward sweep",
-        {"one thread per row + tree mean": lambda: k.cross_entropy_naive(
-            s_x, s_dt, s_losses, s_lse, s_mean, check_targets=False)[0],
-         "fused": lambda: k.cross_entropy(s_x, s_dt, s_losses, s_lse, s_mean, check_targets=False)[0]},
-        reference=lambda: k.cross_entropy_reference(s_host, s_t)[0],
-        check=loose,
-        baselines={"torch cross_entropy": lambda: __import__("torch").nn.functional.cross_entropy(
-            ts_x, ts_t).reshape(1)},
-        bytes=4 * rows * ncols + 12 * rows, size=f"{rows}x{ncols}", repeats=10, show=False,
-    )
-    for name in forward_series:
-        forward_series[name].append(result.gbps(name))
-
+softmax_series, forward_series = measuring.column_sweep(chapter, torch, sweep_columns, total, rng)
 if workbook.ON_GPU:
     ceiling = workbook.bench.copy_ceiling()["gbps"]
     for ncols, rate in zip(sweep_columns, softmax_series["warp/block per row"]):
@@ -478,47 +389,34 @@ else:
 # The variants tried on the way: [EXPERIMENTS.md](EXPERIMENTS.md). The figures these bullets point to:
 
 # %%
-_sm, _sm16, _ce, _ceb = "softmax", "softmax float16", "cross-entropy forward", "cross-entropy backward"
-_warp, _quad = "warp per row, registers", "warp per row, registers, 16-byte"
-
-
-def _gbps(case, variant):
-    return lambda: chapter.figure(case, variant, "gbps")
-
-
-def _sweep(size, variant="warp/block per row"):
-    return lambda: chapter.figure("softmax sweep", variant, "gbps", size=size)
-
-
-def _vs_torch(case, variant):
-    return lambda: chapter.figure(case, variant, "speedup_vs_baseline")
-
-
+SM, SM16, CE, CEB = "softmax", "softmax float16", "cross-entropy forward", "cross-entropy backward"
+WARP, QUAD, SWEEP = "warp per row, registers", "warp per row, registers, 16-byte", "softmax sweep"
 chapter.show_figures({
-    "one thread per row: softmax 1024 columns / cross-entropy 32000": ("{}", lambda: "{:.0f} / {:.0f} GB/s".format(
-        _gbps(_sm, "one thread per row")(), _gbps(_ce, "one thread per row + tree mean")())),
-    "softmax f32, warp per row: GB/s, vs torch.softmax": ("{}", lambda: "{:.0f}, {:.2f}x".format(
-        _gbps(_sm, _warp)(), _vs_torch(_sm, _warp)())),
-    "softmax f32, 16-byte: ms, of the ceiling, vs torch.softmax": ("{}", lambda: "{:.3f}, {:.0%}, {:.2f}x".format(
-        chapter.figure(_sm, _quad), chapter.figure(_sm, _quad, "fraction_of_ceiling"), _vs_torch(_sm, _quad)())),
-    "softmax f16: 16-byte / 2-byte loads": ("{}", lambda: "{:.4f} / {:.4f} ms".format(
-        chapter.figure(_sm16, _quad), chapter.figure(_sm16, _warp))),
-    "  vs torch.softmax; torch's fraction of the ceiling": ("{}", lambda: "{:.2f}x; {:.0%}".format(
-        _vs_torch(_sm16, _quad)(), chapter.figure(_sm16, "torch.softmax", "fraction_of_ceiling"))),
-    "cross-entropy forward, 4-byte: GB/s, vs F.cross_entropy": ("{}", lambda: "{:.0f}, {:.1f}x".format(
-        _gbps(_ce, "fused, block per row")(), _vs_torch(_ce, "fused, block per row")())),
-    "  torch cross_entropy": ("{:.0f} GB/s", _gbps(_ce, "torch cross_entropy")),
-    "  16-byte: GB/s, of the ceiling, vs torch": ("{}", lambda: "{:.0f}, {:.0%}, {:.2f}x".format(
-        _gbps(_ce, "fused, 16-byte loads")(), chapter.figure(_ce, "fused, 16-byte loads", "fraction_of_ceiling"),
-        _vs_torch(_ce, "fused, 16-byte loads")())),
-    "cross-entropy backward: 4-byte / 16-byte (of the ceiling)": ("{}", lambda: "{:.0%} / {:.0%}".format(
-        chapter.figure(_ceb, "fused, block per row", "fraction_of_ceiling"),
-        chapter.figure(_ceb, "fused, 16-byte", "fraction_of_ceiling"))),
-    "  16-byte vs the hand-written torch version": ("{:.1f}x", _vs_torch(_ceb, "fused, 16-byte")),
-    "sweep, GB/s: 1000 columns / 1025 (torch) / 32000 (torch)": ("{}", lambda: "{:.0f} / {:.0f} ({:.0f}) / {:.0f} ({:.0f})".format(
-        _sweep("33554x1000")(), _sweep("32736x1025")(), _sweep("32736x1025", "torch.softmax")(),
-        _sweep("1048x32000")(), _sweep("1048x32000", "torch.softmax")())),
-    "  one thread per row at 32000 columns": ("{:.0f} GB/s", _sweep("1048x32000", "one thread per row")),
+    "one thread per row: softmax 1024 columns / cross-entropy 32000": (
+        "{:.0f} / {:.0f} GB/s", (SM, "one thread per row", "gbps"), (CE, "one thread per row + tree mean", "gbps")),
+    "softmax f32, warp per row: GB/s, vs torch.softmax": ("{:.0f}, {:.2f}x", (SM, WARP, "gbps"),
+                                                          (SM, WARP, "speedup_vs_baseline")),
+    "softmax f32, 16-byte: ms, of the ceiling, vs torch.softmax": (
+        "{:.3f}, {:.0%}, {:.2f}x", (SM, QUAD), (SM, QUAD, "fraction_of_ceiling"), (SM, QUAD, "speedup_vs_baseline")),
+    "softmax f16: 16-byte / 2-byte loads": ("{:.4f} / {:.4f} ms", (SM16, QUAD), (SM16, WARP)),
+    "  vs torch.softmax; torch's fraction of the ceiling": (
+        "{:.2f}x; {:.0%}", (SM16, QUAD, "speedup_vs_baseline"), (SM16, "torch.softmax", "fraction_of_ceiling")),
+    "cross-entropy forward, 4-byte: GB/s, vs F.cross_entropy": (
+        "{:.0f}, {:.1f}x", (CE, "fused, block per row", "gbps"), (CE, "fused, block per row", "speedup_vs_baseline")),
+    "  torch cross_entropy": ("{:.0f} GB/s", (CE, "torch cross_entropy", "gbps")),
+    "  16-byte: GB/s, of the ceiling, vs torch": ("{:.0f}, {:.0%}, {:.2f}x", *(
+        (CE, "fused, 16-byte loads", field) for field in ("gbps", "fraction_of_ceiling", "speedup_vs_baseline"))),
+    "cross-entropy backward: 4-byte / 16-byte (of the ceiling)": (
+        "{:.0%} / {:.0%}", (CEB, "fused, block per row", "fraction_of_ceiling"),
+        (CEB, "fused, 16-byte", "fraction_of_ceiling")),
+    "  16-byte vs the hand-written torch version": ("{:.1f}x", (CEB, "fused, 16-byte", "speedup_vs_baseline")),
+    "sweep, GB/s: 1000 columns / 1025 (torch) / 32000 (torch)": ("{:.0f} / {:.0f} ({:.0f}) / {:.0f} ({:.0f})", *(
+        lambda size=size, variant=variant: chapter.figure(SWEEP, variant, "gbps", size=size)
+        for size, variant in (("33554x1000", "warp/block per row"), ("32736x1025", "warp/block per row"),
+                              ("32736x1025", "torch.softmax"), ("1048x32000", "warp/block per row"),
+                              ("1048x32000", "torch.softmax")))),
+    "  one thread per row at 32000 columns": (
+        "{:.0f} GB/s", lambda: chapter.figure(SWEEP, "one thread per row", "gbps", size="1048x32000")),
 })
 
 # %%
