@@ -43,11 +43,12 @@ import numpy as np
 
 import workbook
 from workbook import bench, cuda, plots
-from workbook.host import standard_normal
 
 from chapters.ch01_relu_mask import batchnorm as bn
 from chapters.ch01_relu_mask import kernels as relu
+from chapters.ch01_relu_mask import measuring as ch01
 from chapters.ch07_launch_overhead import launch as L
+from chapters.ch07_launch_overhead import measuring
 
 print(f"running on: {workbook.MODE}")
 chapter = workbook.Chapter("ch07", "Launch overhead and CUDA graphs")
@@ -240,35 +241,10 @@ if workbook.ON_GPU and torch is not None:
 # check, the views, the launch cache.
 #
 # Host cost per call of each wrapper on torch tensors, against torch's op on the same tensors (and,
-# on an H100 or H200, chapter 09's wgmma GEMM at a small size, FP16):
+# on a GPU with wgmma, compute capability 9.0, chapter 09's GEMM at a small size, FP16):
 
 # %%
-with_torch = {}  # name: (the wrapper on torch tensors, its reference, its check, {torch's op: the call})
-if torch is not None and hasattr(torch, "uint32"):  # the masks are uint32 tensors: torch 2.3 or later
-    exactly = lambda out, ref, name: workbook.assert_close(out, ref, exact=True, name=name)  # noqa: E731
-    tx, tsx = bench.torch_view(xa), bench.torch_view(xs)  # the inputs above; the outputs torch's own
-    ty, tdrop_y, tsout = torch.empty_like(tx), torch.empty_like(tx), torch.empty_like(tsx)
-    tmask, tdrop_mask = (torch.empty(maska.size, dtype=torch.uint32, device="cuda") for _ in range(2))
-    with_torch["ch01 relu + mask"] = (lambda: relu.relu_mask_quads(tx, ty, tmask),
-                                      lambda: relu.relu_mask_reference(xa.copy_to_host()), exactly,
-                                      {"torch.relu": lambda: torch.relu(tx)})
-    with_torch["ch02 dropout"] = (lambda: dropout.dropout_bitmask(tx, 0.1, 42, 0, tdrop_y, tdrop_mask),
-                                  lambda: dropout.dropout_reference(xa.copy_to_host(), 0.1, 42, 0), exactly,
-                                  {"torch native_dropout": lambda: torch.native_dropout(tx, 0.1, True)})
-    with_torch["ch06 softmax"] = (lambda: softmax.softmax(tsx, tsout),
-                                  lambda: softmax.softmax_reference(xs.copy_to_host()), None,
-                                  {"torch.softmax": lambda: torch.softmax(tsx, -1)})
-    if tuple(cuda.get_current_device().compute_capability) == (9, 0):  # wgmma: an H100 or H200
-        from chapters.ch09_tensor_cores import kernels as tc  # noqa: E402
-
-        a16, bt16 = (rng.standard_normal((512, 512)).astype(np.float16) for _ in range(2))
-        ta16, tbt16 = (torch.as_tensor(v, device="cuda") for v in (a16, bt16))
-        tc32 = torch.empty(512, 512, device="cuda")
-        within = float(tc.tolerance(a16, bt16.T, "f16").max())
-        with_torch["ch09 gemm_bt 512^3 FP16"] = (
-            lambda: tc.gemm_bt(ta16, tbt16, tc32), lambda: tc.gemm_reference(a16, bt16.T, "f16").astype(np.float32),
-            lambda out, ref, name: workbook.assert_close(out, ref, rtol=0, atol=within, name=name),
-            {"torch.matmul": lambda: torch.matmul(ta16, tbt16.T)})
+with_torch = measuring.torch_tensor_calls(torch, rng, xa, xs, maska.size)  # name: (call, reference, check, torch's)
 for name, (wrapper, reference, check, baseline) in with_torch.items():
     chapter.compare(f"{name}, torch tensors, host cost", {"wrapper, torch tensors": wrapper}, reference=reference,
                     check=check, baselines=baseline, check_baselines=False)
@@ -288,68 +264,10 @@ if not with_torch:
 # once). Below the crossing, a loop of calls runs at the host's pace, whatever the kernel.
 
 # %%
-
-
-def launch_bound_sweep(title, sizes, make):
-    """make(size) -> (wrapper, prepared, reference, check); the three series of the plot, one
-    compare() per size (checked there, GPU time and host cost measured together)."""
-    series = {"GPU time (us)": [], "wrapper host cost (us)": [], "prepared launch host cost (us)": []}
-    for size in sizes:
-        wrapper, prepared, reference, check = make(size)
-        chapter.compare(title, {"wrapper": wrapper, "prepared": prepared}, reference=reference, check=check,
-                        poison_outputs=False, size=f"{size:,} elements", repeats=20, show=False)
-        rows = {row["variant"]: row for row in chapter.cases[-1]["rows"]}
-        series["GPU time (us)"].append(rows["wrapper"]["median_ms"] * 1e3 if workbook.ON_GPU else None)
-        series["wrapper host cost (us)"].append(rows["wrapper"]["host_us"])
-        series["prepared launch host cost (us)"].append(rows["prepared"]["host_us"])
-    return series
-
-
-def exact(out, ref, name):
-    workbook.assert_close(out, ref, exact=True, name=name)
-
-
-def relu_at(size):
-    x = cuda.to_device(standard_normal(rng, size))  # on every core at the large sizes
-    y, mask = cuda.device_array_like(x), cuda.device_array(relu.mask_words(size), np.uint32)
-    return (lambda: relu.relu_mask_quads(x, y, mask), relu.prepare_relu_mask_quads(x, y, mask),
-            lambda: relu.relu_mask_reference(x.copy_to_host()), exact)
-
-
-def dropout_at(size):
-    x = cuda.to_device(standard_normal(rng, size))
-    y, mask = cuda.device_array_like(x), cuda.device_array(-(-size // 32), np.uint32)
-    step = dropout.prepare_dropout_bitmask(x, 0.1, 42, y, mask)
-    return (lambda: dropout.dropout_bitmask(x, 0.1, 42, 0, y, mask), lambda: step(0),
-            lambda: dropout.dropout_reference(x.copy_to_host(), 0.1, 42, 0), exact)
-
-
-def softmax_at(size):
-    x = cuda.to_device(standard_normal(rng, (size // 1024, 1024)))
-    out = cuda.device_array_like(x)
-    return (lambda: softmax.softmax(x, out), softmax.prepare_softmax(x, out),
-            lambda: softmax.softmax_reference(x.copy_to_host()), None)
-
-
 sweep_sizes = workbook.size(gpu=[1 << p for p in range(12, 27, 2)], sim=[1024, 2048])
-sweeps = {
-    "ch01 relu + mask (16-byte)": launch_bound_sweep("relu forward: GPU time vs host cost", sweep_sizes, relu_at),
-    "ch02 dropout + bitmask": launch_bound_sweep("dropout: GPU time vs host cost", sweep_sizes, dropout_at),
-    "ch06 softmax, rows of 1024": launch_bound_sweep("softmax: GPU time vs host cost", sweep_sizes, softmax_at),
-}
+sweeps = measuring.launch_bound(chapter, rng, sweep_sizes)
 if workbook.ON_GPU:
-    figure, panels = plots.plt.subplots(1, len(sweeps), figsize=(15, 4), sharey=True)
-    for panel, (name, series) in zip(panels, sweeps.items()):
-        plots.sweep(sweep_sizes, series, xlabel="elements", ylabel="microseconds", title=name, logy=True,
-                    axes=panel)
-    figure.suptitle("GPU time vs host cost per call")
-    figure.tight_layout()
-    chapter.savefig(figure, "launch_bound")
-    for name, series in sweeps.items():
-        crossing = next((size for size, gpu, host in zip(sweep_sizes, series["GPU time (us)"],
-                                                         series["wrapper host cost (us)"]) if gpu > host), None)
-        print(f"{name}: " + (f"the wrapper stops being launch-bound at about {crossing:,} elements" if crossing
-                             else "launch-bound at every size of the sweep"))
+    chapter.savefig(measuring.plot_launch_bound(sweep_sizes, sweeps), "launch_bound")
 else:
     print("simulator: the sweeps ran and were checked at", sweep_sizes, "- the plot needs a GPU's times.")
     chapter.show_stored_figure("launch_bound")
@@ -370,14 +288,7 @@ workbook.show(L.StepGraph)
 
 # %%
 bn_shape = workbook.size(gpu=(16, 32, 112, 112), sim=(2, 3, 5, 7))
-x, identity, gamma, beta, running_mean, running_var = bn.batchnorm_inputs(rng, bn_shape, with_identity=True)
-dy = rng.standard_normal(bn_shape, dtype=np.float32)
-d = {name: cuda.to_device(a) for name, a in dict(x=x, identity=identity, gamma=gamma, beta=beta,
-                                                 running_mean=running_mean, running_var=running_var, dy=dy).items()}
-d.update(y=cuda.device_array(bn_shape, np.float32), saved=cuda.device_array((2, bn_shape[1]), np.float64),
-         mask=cuda.device_array((bn_shape[0], bn_shape[1], bn.plane_words(*bn_shape[2:])), np.uint32),
-         dx=cuda.device_array(bn_shape, np.float32), d_identity=cuda.device_array(bn_shape, np.float32),
-         dgamma=cuda.device_array(bn_shape[1], np.float32), dbeta=cuda.device_array(bn_shape[1], np.float32))
+host_bn, d, refs = ch01.bn_case(rng, bn_shape, with_identity=True)  # chapter 01's buffers and references
 
 
 def bn_step(stream=0):
@@ -397,28 +308,11 @@ def graph_step():
     return d["dx"], d["d_identity"], d["dgamma"], d["dbeta"]
 
 
-_, _, saved_ref, _, _ = bn.batchnorm_forward_reference(x, gamma, beta, running_mean, running_var, identity=identity)
-positive = bn.batchnorm_forward_reference(x, gamma, beta, running_mean, running_var, identity=identity)[0] > 0
-grads_ref = bn.batchnorm_backward_reference(dy, positive, x, gamma, saved_ref, with_identity=True)
-torch_step = None
-if torch is not None:
-    tv = bench.torch_view
-    t_x, t_identity = tv(d["x"]).clone().requires_grad_(), tv(d["identity"]).clone().requires_grad_()
-    t_gamma = torch.tensor(gamma, device="cuda", requires_grad=True)
-    t_beta = torch.tensor(beta, device="cuda", requires_grad=True)
-    t_mean, t_var, t_dy = torch.zeros(bn_shape[1], device="cuda"), torch.ones(bn_shape[1], device="cuda"), tv(d["dy"])
-
-    def torch_step():
-        for leaf in (t_x, t_identity, t_gamma, t_beta):
-            leaf.grad = None
-        z = torch.nn.functional.batch_norm(t_x, t_mean, t_var, t_gamma, t_beta, training=True, momentum=0.1, eps=1e-5)
-        torch.relu(z + t_identity).backward(t_dy)
-        return t_x.grad, t_identity.grad, t_gamma.grad, t_beta.grad
-
+torch_step = None if torch is None else ch01.torch_bn_step(torch, host_bn, d)
 step_result = chapter.compare(
     "bn+add+relu step: launches vs graph",
     {"4 launches from Python": bn_step, "graph replay": graph_step},
-    reference=tuple(g for g in grads_ref if g is not None),
+    reference=refs["grads"],
     # dgamma and dbeta (outputs 2 and 3) are sums over N*H*W = 200,704 values a channel: torch adds
     # them in float32, whose rounding grows with the count (ours add in float64)
     check=lambda out, ref, name: workbook.assert_close(
@@ -450,27 +344,9 @@ if workbook.ON_GPU and torch_step is not None:
 # down to a graph replay (the BN step's host cost per step over its 4 kernels).
 
 # %%
-
-
-def host_us(key, variant):
-    """The host cost per call of one row of this run's results."""
-    case = next(case for case in reversed(chapter.cases) if case["key"] == key)
-    return next(row["host_us"] for row in case["rows"] if row["variant"] == variant)
-
-
 if workbook.ON_GPU:
-    by_approach = {
-        "kernel[grid, block](...), empty, 2 arrays": host_us("empty launches", "numba, 2 array args"),
-        "kernel[grid, block](...), scale": host_us("scale, 4096 floats", "kernel[grid, block](...)"),
-        "bound launcher, scale": host_us("scale, 4096 floats", "bound launcher"),
-        "ch01 wrapper (checks + LaunchCache)": host_us("ch01 relu + mask, host cost", "wrapper relu_mask_quads"),
-        "PreparedLaunch, cuda.core.launch": host_us("scale, 4096 floats", "prepared, cuda.core.launch"),
-        "PreparedLaunch, cuLaunchKernel": host_us("scale, 4096 floats", "prepared, cuLaunchKernel"),
-        "graph replay, per kernel (BN step / 4)": host_us("bn+add+relu step: launches vs graph", "graph replay") / 4,
-    }
-    if torch is not None:
-        by_approach["torch.mul(out=) (baseline)"] = host_us("scale, 4096 floats", "torch.mul(out=)")
-    chapter.savefig(plots.bars(by_approach, xlabel="host microseconds per kernel launch",
+    chapter.savefig(plots.bars(measuring.host_by_approach(chapter, torch is not None),
+                               xlabel="host microseconds per kernel launch",
                                title="What a launch costs the host, by approach"), "host_by_approach")
 else:
     chapter.show_stored_figure("host_by_approach")
@@ -502,11 +378,7 @@ else:
 # point to:
 
 # %%
-def _host(case, variant):
-    return chapter.figure(case, variant, "host_us")
-
-
-def _crossing(key):
+def crossing(key):
     """The first size of the sweep where the wrapper's GPU time exceeds its host cost."""
     for size in (1 << p for p in range(12, 27, 2)):
         at = f"{size:,} elements"
@@ -515,30 +387,29 @@ def _crossing(key):
     return "none of the sweep's sizes"
 
 
-_empty, _scale, _step = "empty launches", "scale, 4096 floats", "bn+add+relu step: launches vs graph"
-_walls = "bn+add+relu step, wall time per step (us)"
-_chapters = {"relu + mask": ("ch01 relu + mask, host cost", "wrapper relu_mask_quads", "torch.relu"),
-             "dropout": ("ch02 dropout, host cost", "wrapper dropout_bitmask", "torch native_dropout"),
-             "softmax": ("ch06 softmax, host cost", "wrapper softmax", "torch.softmax")}
+EMPTY, SCALE, STEP = "empty launches", "scale, 4096 floats", "bn+add+relu step: launches vs graph"
+WALLS = "bn+add+relu step, wall time per step (us)"
+APPLIED = {"relu + mask": ("ch01 relu + mask, host cost", "wrapper relu_mask_quads", "torch.relu"),
+           "dropout": ("ch02 dropout, host cost", "wrapper dropout_bitmask", "torch native_dropout"),
+           "softmax": ("ch06 softmax, host cost", "wrapper softmax", "torch.softmax")}
 chapter.show_figures({
-    "empty launch, host: 0 / 2 / 8 arrays": ("{}", lambda: "{:.0f} / {:.0f} / {:.0f} us".format(
-        *(_host(_empty, f"numba, {n} array args") for n in (0, 2, 8)))),
-    "  its GPU time / a torch op's host cost": ("{}", lambda: "{:.1f} / {:.0f} us".format(
-        chapter.figure(_empty, "numba, 0 array args") * 1e3, _host(_empty, "torch.neg(out=) on 32 floats"))),
-    "scale, host a call: prepared (cuLaunchKernel / cuda.core)": ("{}", lambda: "{:.1f} / {:.1f} us".format(
-        _host(_scale, "prepared, cuLaunchKernel"), _host(_scale, "prepared, cuda.core.launch"))),
-    "  kernel[grid, block](...) / torch.mul(out=)": ("{}", lambda: "{:.0f} / {:.0f} us".format(
-        _host(_scale, "kernel[grid, block](...)"), _host(_scale, "torch.mul(out=)"))),
-    **{f"{name}, host a call: prepared / wrapper / torch": ("{}", lambda c=case, w=wrapper, t=op: "{:.1f} / {:.0f} / {:.1f} us".format(
-        _host(c, "prepared"), _host(c, w), _host(c, t))) for name, (case, wrapper, op) in _chapters.items()},
-    **{f"{name}: GPU time passes host cost at": ("{}", lambda key=key: _crossing(key)) for name, key in (
-        ("relu + mask", "relu forward: GPU time vs host cost"), ("dropout", "dropout: GPU time vs host cost"),
-        ("softmax", "softmax: GPU time vs host cost"))},
-    "BN step, wall a step: graph / 4 launches / torch eager": ("{}", lambda: "{:.0f} / {:.0f} / {:.0f} us".format(
-        *(chapter.figure(_walls, v) for v in ("graph replay", "4 launches from Python", "torch eager (autograd)")))),
-    "  host a step: graph / 4 launches (their GPU time)": ("{}", lambda: "{:.1f} / {:.0f} us ({:.0f} us)".format(
-        _host(_step, "graph replay"), _host(_step, "4 launches from Python"),
-        chapter.figure(_step, "4 launches from Python") * 1e3)),
+    "empty launch, host: 0 / 2 / 8 arrays": ("{:.0f} / {:.0f} / {:.0f} us", *(
+        (EMPTY, f"numba, {n} array args", "host_us") for n in (0, 2, 8))),
+    "  its GPU time / a torch op's host cost": ("{:.1f} / {:.0f} us", lambda: chapter.figure(
+        EMPTY, "numba, 0 array args") * 1e3, (EMPTY, "torch.neg(out=) on 32 floats", "host_us")),
+    "scale, host a call: prepared (cuLaunchKernel / cuda.core)": ("{:.1f} / {:.1f} us", *(
+        (SCALE, v, "host_us") for v in ("prepared, cuLaunchKernel", "prepared, cuda.core.launch"))),
+    "  kernel[grid, block](...) / torch.mul(out=)": ("{:.0f} / {:.0f} us", *(
+        (SCALE, v, "host_us") for v in ("kernel[grid, block](...)", "torch.mul(out=)"))),
+    **{f"{name}, host a call: prepared / wrapper / torch": ("{:.1f} / {:.0f} / {:.1f} us", *(
+        (case, v, "host_us") for v in ("prepared", wrapper, op))) for name, (case, wrapper, op) in APPLIED.items()},
+    **{f"{name}: GPU time passes host cost at": ("{}", lambda title=title: crossing(title))
+       for name, (title, _) in zip(APPLIED, measuring.SWEEPS.values())},
+    "BN step, wall a step: graph / 4 launches / torch eager": ("{:.0f} / {:.0f} / {:.0f} us", *(
+        (WALLS, v) for v in ("graph replay", "4 launches from Python", "torch eager (autograd)"))),
+    "  host a step: graph / 4 launches (their GPU time)": (
+        "{:.1f} / {:.0f} us ({:.0f} us)", (STEP, "graph replay", "host_us"), (STEP, "4 launches from Python", "host_us"),
+        lambda: chapter.figure(STEP, "4 launches from Python") * 1e3),
 })
 
 # %%
