@@ -60,7 +60,7 @@ workbook.show(k.copy_one_per_thread_kernel)
 
 # %% [markdown]
 # The optimized copy launches only as many blocks as the GPU holds at once (8 blocks of 256 threads
-# per SM, 132 SMs on an H100) and lets each thread stride over the array by the grid size, with four
+# per SM, 132 SMs on a Hopper GPU) and lets each thread stride over the array by the grid size, with four
 # independent loads issued before the first store:
 
 # %%
@@ -96,13 +96,11 @@ workbook.show(k.copy_quads_kernel)
 
 # %% [markdown]
 # Notice the shape: *one* quad per thread, on a grid sized to the data — not the grid-stride loop
-# that won with 4-byte loads. A quad already puts 16 bytes in flight per thread with one load. On
-# the H100, with this chapter's benchmark at 2^28 floats, a grid-stride quad copy (4 quads in
-# flight, 8 blocks of 256 threads per SM) reached 0.935 of torch's `copy_`; this one 1.00.
+# that won with 4-byte loads. A quad already puts 16 bytes in flight per thread with one load.
 # `quad_sweep.py` in this folder times 36 grid-stride shapes (1, 2 or 4 quads in flight, 128-512
-# threads, 2-32 blocks per SM) more roughly, each against torch separately: 0.76-0.92 of torch,
-# and 0.91-0.94 for a quad per thread (`results/.../ch00_quad_sweep.log`). torch's copy kernel is
-# a data-sized grid too.
+# threads, 2-32 blocks per SM), each against torch's `copy_`; none of them reached a quad per
+# thread on the reference GPU (`results/.../ch00_quad_sweep.log`). torch's copy kernel is a
+# data-sized grid too.
 
 # %% [markdown]
 # **Did we get the instruction?** Read the PTX, the GPU's assembly language, that numba generates
@@ -141,7 +139,7 @@ print("all kernels agree with NumPy at sizes", odd_sizes)
 # ## Copy: naive vs optimized, against the copy ceiling
 #
 # A copy of *n* float32 reads 4n bytes and writes 4n bytes: **8n bytes**. On a GPU the array is
-# 2^26 floats (256 MiB, five times the H100's 50 MB L2), so every byte really comes from HBM.
+# 2^26 floats (256 MiB, five times a Hopper GPU's 50 MB L2), so every byte really comes from HBM.
 # The ceiling is the driver's device-to-device copy (and torch's, when torch is installed),
 # measured in this same process.
 
@@ -473,7 +471,7 @@ exercises.show("ch00.4")
 # ## More to try
 # 1. Change `LOADS_IN_FLIGHT`'s kernel to 2 and to 8 loads per trip. Predict, then measure.
 # 2. Write `copy_quads_kernel` as a grid-stride loop with 1, 2 and 4 quads in flight per trip, and
-#    measure it against the one-quad-per-thread kernel. (On the H100 none of those reached it.)
+#    measure it against the one-quad-per-thread kernel (`quad_sweep.py` tries 36 such shapes).
 # 3. Make `gather_strided` read `src[(i * stride) % n]`: every element is used, but is it fast?
 # 4. Break the copy on purpose (drop the tail loop) and read what `assert_close` tells you.
 #

@@ -56,7 +56,7 @@ def check_copy_matrix(m):
 
 
 def speed_copy_matrix(m):
-    side = workbook.size(gpu=8192, sim=96)  # on a GPU 256 MiB each way: five times the H100's L2
+    side = workbook.size(gpu=8192, sim=96)  # on a GPU 256 MiB each way: five times a Hopper GPU's L2
     src = cuda.to_device(np.ones((side, side), np.float32))
     dst = cuda.device_array_like(src)
     flat_src, flat_dst = src.reshape(side * side), dst.reshape(side * side)

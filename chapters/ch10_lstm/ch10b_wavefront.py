@@ -136,7 +136,7 @@ try:
           "block and more for each batch chunk")
     traffic["wavefront: batch rows a block takes at once, batch 64"] = wavefront.chunk_rows(
         HIDDEN, net_wavefront.units, 64)
-except ValueError as why:  # a GPU with less shared memory than an H100 (a T4's 64 KB) cannot hold the weights
+except ValueError as why:  # a GPU with less shared memory than Hopper's (a T4's 64 KB) cannot hold the weights
     net_wavefront = None
     print(f"wavefront: not on this GPU: {why}")
 net_layerwise = layerwise.LayerwiseLSTM(weights, blocks=workbook.size(gpu=None, sim=4))

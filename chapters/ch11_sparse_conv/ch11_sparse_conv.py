@@ -41,6 +41,7 @@
 # %%
 # %load_ext autoreload
 # %autoreload 2
+import functools
 import time
 
 import numpy as np
@@ -48,7 +49,7 @@ import numpy as np
 import workbook
 from workbook import bench, capability, cuda, host
 
-from chapters.ch11_sparse_conv import grouping, implicit, maps, naive, onelaunch, scan, spconv_baseline, tensor
+from chapters.ch11_sparse_conv import grouping, implicit, maps, measuring, naive, onelaunch, scan, spconv_baseline, tensor
 from chapters.ch11_sparse_conv import reference as ref
 
 print(f"running on: {workbook.MODE}")
@@ -190,20 +191,7 @@ rtol, atol = ref.tolerance(CHANNELS)
 # lock): the comparison below waits for it, the check of the maps built in one launch reuses it
 direct = host.in_background(ref.submanifold_direct, coords, x, w)
 
-
-def check_tiny(name, small):
-    """Both variants against the dense definition on one of the tiny voxel sets."""
-    small = np.asarray(small, np.int32)
-    xs = ref.features(len(small), CHANNELS, seed=2)
-    want = ref.submanifold_dense(small, xs, w)
-    small_pairs = maps.SiteTable(cuda.to_device(small)).pairs()
-    for variant, layer in (("gather-GEMM-scatter", naive.GatherGemmScatter(maps.rulebook(small_pairs), CHANNELS,
-                                                                             OUT_CHANNELS)),
-                           ("implicit GEMM", implicit.ImplicitGemm(small_pairs))):
-        got = layer(cuda.to_device(xs), cuda.to_device(w), cuda.device_array((len(small), OUT_CHANNELS), np.float32))
-        workbook.assert_close(got, want.astype(np.float32), rtol=rtol, atol=atol, name=f"{variant}, {name}")
-
-
+check_tiny = functools.partial(measuring.check_tiny, w=w, out_channels=OUT_CHANNELS, tolerance=(rtol, atol))
 d_x, d_w = cuda.to_device(x), cuda.to_device(w)
 out_naive, out_fused = (cuda.device_array((N, OUT_CHANNELS), np.float32) for _ in range(2))
 variants = {"gather-GEMM-scatter: a GEMM a tap": lambda: gathered(d_x, d_w, out_naive),
@@ -218,20 +206,10 @@ for case in scan.TINY.items():
     check_tiny(*case)
 print("both variants equal the dense definition on:", ", ".join(scan.TINY))
 
-baselines = {}
+baselines, t_x = {}, bench.torch_view(d_x)
 if torch is not None:
-    t_x, t_w = bench.torch_view(d_x), bench.torch_view(d_w)
-    t_out = torch.zeros((N, OUT_CHANNELS), device="cuda")
-    t_rules = [(bench.torch_view(rules.rule_in[k]).long()[:c], bench.torch_view(rules.rule_out[k]).long()[:c])
-               for k, c in enumerate(rules.counts) if c]
-    taps = [k for k, c in enumerate(rules.counts) if c]
-
-    def torch_gather_gemm_scatter():
-        t_out.zero_()
-        for k, (rule_in, rule_out) in zip(taps, t_rules):
-            t_out.index_add_(0, rule_out, t_x.index_select(0, rule_in) @ t_w[k])
-        return t_out
-    baselines["torch: index_select, mm, index_add_"] = torch_gather_gemm_scatter
+    baselines["torch: index_select, mm, index_add_"] = measuring.torch_rulebook_conv(torch, rules, d_x, d_w,
+                                                                                    OUT_CHANNELS)
 SPCONV = "spconv 2.x: SubMConv3d (its implicit GEMM)"
 if spconv is not None:
     spconv_layer = spconv_baseline.SpconvLayer(spconv, coords, w)
@@ -263,24 +241,12 @@ if workbook.ON_GPU:
 # gather-GEMM-scatter's intermediates, 4 x 64 x 4 bytes a pair, go out to memory and come back.
 
 # %%
-from workbook import memtrace  # noqa: E402
-
-
-def traffic(layer, out):
-    """Bytes one call of the layer moves through global memory, loads and stores (32-byte
-    sectors), and its shared-memory passes."""
-    with memtrace.trace() as recorded:
-        layer(d_x, d_w, out)
-    spaces = [(what, totals) for launched in recorded.kernels().values() for what, totals in launched.items()]
-    return {"loads": sum(t.moved for what, t in spaces if what == "global ld"),
-            "stores": sum(t.moved for what, t in spaces if what == "global st"),
-            "shared passes": sum(t.passes for what, t in spaces if what.startswith("shared"))}
-
 
 if workbook.ON_GPU:
     print("(the memory trace runs in the simulator: WORKBOOK_DEVICE=sim; on a GPU, Nsight Compute counts the same)")
 else:
-    traced = {"gather-GEMM-scatter": traffic(gathered, out_naive), "implicit GEMM": traffic(fused, out_fused)}
+    traced = {"gather-GEMM-scatter": measuring.traffic(gathered, d_x, d_w, out_naive),
+              "implicit GEMM": measuring.traffic(fused, d_x, d_w, out_fused)}
     for name, counted in traced.items():
         print(f"{name:20s} stores {counted['stores'] / 1024:6.1f} KB, loads {counted['loads'] / 1024:6.1f} KB, "
               f"{counted['shared passes']} shared-memory passes")
@@ -320,24 +286,18 @@ if has_tensor_cores:
 x16, wt16 = tensor.to_half(x, w)
 baselines_fp16 = {}
 if torch is not None:
-    t_x16, t_w16 = t_x.half(), t_w.half()
-    t_out32 = torch.zeros((N, OUT_CHANNELS), device="cuda")
-
-    def torch_fp16():
-        t_out32.zero_()
-        for k, (rule_in, rule_out) in zip(taps, t_rules):
-            t_out32.index_add_(0, rule_out, (t_x16.index_select(0, rule_in) @ t_w16[k]).float())
-        return t_out32
-    baselines_fp16["torch FP16: index_select, mm, index_add_"] = torch_fp16
+    baselines_fp16["torch FP16: index_select, mm, index_add_"] = measuring.torch_rulebook_conv(
+        torch, rules, d_x, d_w, OUT_CHANNELS, half=True)
 if spconv is not None:
     spconv_fp16 = spconv_baseline.SpconvLayer(spconv, coords, w, torch.float16)
+    t_x16 = t_x.half()
     baselines_fp16["spconv 2.x FP16: SubMConv3d"] = lambda: spconv_fp16(t_x16)
 
 
 def check_fp16(out, want, name):
     """Ours against the rounded values' reference at float32's tolerance; torch's FP16 products are
     rounded to FP16 before they are summed: 2^-8; spconv's outputs are FP16 and its sums not all
-    float32 (on the H100 its error passes 2^-8): 2^-6."""
+    float32 (on Hopper its error passes 2^-8): 2^-6."""
     r, a = (2.0 ** -8, 2.0 ** -8) if "torch" in name else (rtol, atol)
     if "spconv" in name:
         out, r, a = out.float(), 2.0 ** -6, 2.0 ** -6
@@ -458,46 +418,30 @@ print("spconv 2.x: " + ("in the tables above" if spconv is not None else spconv_
 # The figures these bullets point to (spconv 2.x's where it was installed):
 
 # %%
-_case, _fp16 = "submanifold 3x3x3 convolution", "submanifold 3x3x3 convolution, FP16 on tensor cores"
-_naive, _fused, _scan_order = ("gather-GEMM-scatter: a GEMM a tap", "implicit GEMM: gather fused, rows by mask",
-                               "implicit GEMM, rows in scan order")
-_maps_case = "maps for one active set"
-
-
-def _maps(key):
-    return lambda: chapter.figure("maps")[key]
-
-
-def _taps(key):
-    return lambda: chapter.figure("taps a block runs")[key]
-
-
+CASE, FP16, MAPS = ("submanifold 3x3x3 convolution", "submanifold 3x3x3 convolution, FP16 on tensor cores",
+                    "maps for one active set")
+NAIVE, FUSED = "gather-GEMM-scatter: a GEMM a tap", "implicit GEMM: gather fused, rows by mask"
 chapter.show_figures({
-    "active sites": ("{}", _maps("sites")),
-    "neighbours a site, on average (of 27)": ("{:.1f}", _maps("mean neighbours a site")),
-    "pairs multiplied": ("{}", _maps("pairs")),
-    "hash table: load, mean probes, most probes": (
-        "{}", lambda: "{load factor:.2f}, {mean probes:.2f}, {largest probe count}".format(**chapter.figure("maps"))),
-    "gather-GEMM-scatter": ("{:.2f} ms", lambda: chapter.figure(_case, _naive)),
-    "the same in torch": ("{:.2f} ms", lambda: chapter.figure(_case, "torch: index_select, mm, index_add_")),
-    "implicit GEMM, rows grouped by mask": ("{:.2f} ms", lambda: chapter.figure(_case, _fused)),
-    "  speed-up over gather-GEMM-scatter": ("{:.1f}x", lambda: chapter.figure(_case, _naive)
-                                            / chapter.figure(_case, _fused)),
-    "implicit GEMM, rows in scan order": ("{:.2f} ms", lambda: chapter.figure(_case, _scan_order)),
-    "taps a block runs: grouped / scan order (of 27)": (
-        "{}", lambda: f"{_taps('grouped by mask')():.1f} / {_taps('scan order')():.1f}"),
-    "spconv 2.x, float32": ("{:.2f} ms", lambda: chapter.figure(_case, SPCONV)),
-    "  ours, as a fraction of its speed": ("{:.2f}", lambda: chapter.figure(_case, SPCONV)
-                                           / chapter.figure(_case, _fused)),
-    "FP16 on tensor cores": ("{:.3f} ms", lambda: chapter.figure(_fp16, "tensor cores: implicit GEMM, mma.sync")),
-    "  torch's gather-GEMM-scatter, FP16": ("{:.2f} ms", lambda: chapter.figure(
-        _fp16, "torch FP16: index_select, mm, index_add_")),
-    "  spconv 2.x, FP16": ("{:.3f} ms", lambda: chapter.figure(_fp16, "spconv 2.x FP16: SubMConv3d")),
-    "maps kernel by kernel: rulebook / rows grouped by mask": ("{}", lambda: "{:.1f} / {:.1f} ms".format(
-        chapter.figure(_maps_case, "hash + pair table + rulebook (gather-GEMM-scatter)"),
-        chapter.figure(_maps_case, "hash + pair table + rows grouped by mask (implicit GEMM)"))),
-    "maps in one launch": ("{:.2f} ms", lambda: chapter.figure(_maps_case, ONE_LAUNCH)),
-    "spconv 2.x's map build": ("{:.2f} ms", lambda: chapter.figure(_maps_case, SPCONV_MAPS)),
+    "active sites; pairs multiplied": ("{}; {}", ("maps", "sites"), ("maps", "pairs")),
+    "neighbours a site, on average (of 27)": ("{:.1f}", ("maps", "mean neighbours a site")),
+    "hash table: load, mean probes, most probes": ("{:.2f}, {:.2f}, {}", *(
+        ("maps", key) for key in ("load factor", "mean probes", "largest probe count"))),
+    "gather-GEMM-scatter / the same in torch": ("{:.2f} / {:.2f} ms", (CASE, NAIVE),
+                                                (CASE, "torch: index_select, mm, index_add_")),
+    "implicit GEMM: rows grouped by mask / in scan order": ("{:.2f} / {:.2f} ms", (CASE, FUSED),
+                                                            (CASE, "implicit GEMM, rows in scan order")),
+    "  speed-up over gather-GEMM-scatter": ("{:.1f}x", chapter.ratio((CASE, NAIVE), (CASE, FUSED))),
+    "taps a block runs: grouped / scan order (of 27)": ("{:.1f} / {:.1f}", ("taps a block runs", "grouped by mask"),
+                                                        ("taps a block runs", "scan order")),
+    "spconv 2.x, float32; ours as a fraction of its speed": ("{:.2f} ms; {:.2f}", (CASE, SPCONV),
+                                                             chapter.ratio((CASE, SPCONV), (CASE, FUSED))),
+    "FP16 on tensor cores / torch's gather-GEMM-scatter / spconv 2.x": ("{:.3f} / {:.2f} / {:.3f} ms", *(
+        (FP16, v) for v in ("tensor cores: implicit GEMM, mma.sync", "torch FP16: index_select, mm, index_add_",
+                            "spconv 2.x FP16: SubMConv3d"))),
+    "maps kernel by kernel: rulebook / rows grouped by mask": ("{:.1f} / {:.1f} ms", *(
+        (MAPS, v) for v in ("hash + pair table + rulebook (gather-GEMM-scatter)",
+                            "hash + pair table + rows grouped by mask (implicit GEMM)"))),
+    "maps in one launch / spconv 2.x's map build": ("{:.2f} / {:.2f} ms", (MAPS, ONE_LAUNCH), (MAPS, SPCONV_MAPS)),
 })
 
 # %% [markdown]
