@@ -15,7 +15,7 @@ from workbook.memory import aligned, load4, store4
 
 THREADS_PER_BLOCK = 256
 LOADS_IN_FLIGHT = 4  # independent loads each thread issues before its first store
-BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, the most an H100 SM holds at once
+BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, the most a Hopper SM holds at once
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from workbook.launch import LaunchCache, PreparedLaunch, TensorCalls, cdiv
 from workbook.memory import aligned, load4, store4
 
 THREADS_PER_BLOCK = 256
-BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, the most an H100 SM holds (needs <= 32 registers/thread)
+BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, the most a Hopper SM holds (needs <= 32 registers/thread)
 WORDS_PER_TRIP = 8  # a warp handles 8 mask words = 256 elements per trip: 8 loads in flight per lane
 ELEMENTS_PER_TRIP = 32 * WORDS_PER_TRIP
 FULL_MASK = 0xFFFFFFFF  # every lane of the warp takes part in the ballot

@@ -36,7 +36,7 @@ from workbook.memory import aligned, load4, store4
 THREADS_PER_BLOCK = 256
 # How many blocks: "data" gives every thread exactly one quad (4 elements), the way torch's
 # elementwise kernels are launched; an int launches that many blocks per SM and loops (grid-stride).
-# 8 blocks of 256 threads fill an H100 SM (2048 threads; the kernels use <= 32 registers). On the
+# 8 blocks of 256 threads fill a Hopper SM (2048 threads; the kernels use <= 32 registers). On the
 # H100 each step to a larger grid was faster, and one quad per thread fastest of all: the block
 # scheduler balances the work across 132 SMs better than a fixed share per thread (see the
 # chapter's grid-size tables).

@@ -47,7 +47,7 @@ THREADS_PER_BLOCK = 256 if workbook.ON_GPU else 32
 VECTOR = 4  # elements per vector load: 16 bytes of float32, 8 bytes of float16
 VECTORS_PER_THREAD = 4  # independent vector loads each thread has in flight in a full tile
 TILE = THREADS_PER_BLOCK * VECTOR * VECTORS_PER_THREAD  # 4096 elements on a GPU, 512 in the simulator
-BLOCKS_PER_SM = 8  # 8 x 256 threads = 2048, all an H100 SM holds: launch_bounds keeps it reachable
+BLOCKS_PER_SM = 8  # 8 x 256 threads = 2048, all a Hopper SM holds: launch_bounds keeps it reachable
 MAX_BLOCKS = 2**31 - 1  # the grid's x limit; more tiles than this are strided over
 MAX_TENSORS_PER_LAUNCH = 4096  # tensors one launch can take (longer lists take more launches)
 SHARED_TILE_STARTS = MAX_TENSORS_PER_LAUNCH + 1  # int32 staged in shared memory: 16 KiB per block

@@ -292,7 +292,7 @@ print(f"explicit and implicit agree with NumPy on {len(k.AWKWARD_CASES)} shapes,
 # ## The memory each needs
 #
 # The ResNet-50 3x3 layers at batch 32 (56x56 with 64 channels, 28x28 with 128, 14x14 with 256) and
-# the big layer of the issue. The im2col workspace is 9x the input; implicit GEMM needs none.
+# the big layer below. The im2col workspace is 9x the input; implicit GEMM needs none.
 
 # %%
 print(f"{'layer (N=32, 3x3, pad 1)':28s} {'input MB':>9s} {'im2col MB':>10s} {'GFLOP':>7s}")
@@ -385,7 +385,8 @@ explicit_parts = resnet.explicit_parts(chapter, layer_results, workbook.ON_GPU)
 # %% [markdown]
 # ## The big layer: N=32, C=K=256, 56x56, 3x3, pad 1
 #
-# Its GFLOP per call are in the layer table above. The issue's bar is 10 TFLOP/s for the implicit GEMM; cuDNN FP32 is the yardstick.
+# Its GFLOP per call are in the layer table above. The bar is 10 TFLOP/s for the implicit GEMM;
+# cuDNN FP32 is the yardstick.
 
 # %%
 big_key, big_channels, big_side = resnet.BIG if workbook.ON_GPU else resnet.SIMULATED_BIG

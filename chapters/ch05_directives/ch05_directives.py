@@ -166,7 +166,7 @@ print("every variant agrees with NumPy at", check_shapes)
 # %% [markdown]
 # ## The images
 #
-# On a GPU, two 8192 x 8192 images: 64 Mi pixels, 64 MiB each (the issue asks for at least 64
+# On a GPU, two 8192 x 8192 images: 64 Mi pixels, 64 MiB each (at least 64
 # megapixels). Merge-then-blur must move 2 bytes per pixel up and 1 down: **192 MiB over the bus**,
 # whatever the kernels do.
 

@@ -25,7 +25,7 @@ from workbook.inputs import require, sm_count
 from workbook.launch import LaunchCache, TensorCalls, cdiv
 
 THREADS_PER_BLOCK = 256  # 1-D kernels (merge)
-BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, the most an H100 SM holds at once
+BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, the most a Hopper SM holds at once
 
 # 2-D blocks for the blur: 32 columns x 8 rows = 256 threads. A warp is one row of 32 pixels, so its
 # loads and stores touch 32 consecutive bytes: one 32-byte sector each.

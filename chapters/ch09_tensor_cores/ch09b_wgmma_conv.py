@@ -161,7 +161,7 @@ except ValueError as error:
     print("C = 12 in FP16:", error)
 
 # %% [markdown]
-# On a GPU, the issue's layer: N=32, C=K=256, 56x56, 3x3, pad 1, against cuDNN channels last in
+# On a GPU, chapter 04's big layer: N=32, C=K=256, 56x56, 3x3, pad 1, against cuDNN channels last in
 # FP16 and TF32 (`torch.nn.functional.conv2d` on views of the same buffers, `cudnn.benchmark` on)
 # and chapter 04's FP32 implicit GEMM on the same data in NCHW (its fastest tile on this layer).
 # Image 0 is checked against the float64 reference (all 32 would take NumPy minutes); cuDNN's FP16
