@@ -385,8 +385,7 @@ explicit_parts = resnet.explicit_parts(chapter, layer_results, workbook.ON_GPU)
 # %% [markdown]
 # ## The big layer: N=32, C=K=256, 56x56, 3x3, pad 1
 #
-# Its GFLOP per call are in the layer table above. The bar is 10 TFLOP/s for the implicit GEMM;
-# cuDNN FP32 is the yardstick.
+# Its GFLOP are in the layer table above. The bar: 10 TFLOP/s; cuDNN FP32 is the yardstick.
 
 # %%
 big_key, big_channels, big_side = resnet.BIG if workbook.ON_GPU else resnet.SIMULATED_BIG
