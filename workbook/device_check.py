@@ -150,10 +150,8 @@ def at(array, indices):
     if indices.size and (indices.min() < 0 or indices.max() >= size):
         raise IndexError(f"indices from {indices.min()} to {indices.max()} for an array of {size} elements")
     view = device_view(array) if ON_GPU else None  # the simulator: its device arrays are host memory
-    if view is None:
-        from .check import to_host
-
-        return to_host(array).reshape(-1)[indices]
+    if view is None:  # the simulator's device arrays, or host arrays
+        return np.asarray(array.copy_to_host() if hasattr(array, "copy_to_host") else array).reshape(-1)[indices]
     out = cuda.device_array(indices.size, view.dtype)
     if indices.size:
         _gather_kernel[min(BLOCKS, cdiv(indices.size, THREADS)), THREADS](view.reshape(-1), cuda.to_device(indices),

@@ -231,9 +231,8 @@ def _same_value(a, b):
 
 
 def _race(a, first, second, earlier, now):
-    from . import uses_grid_sync
-
-    grid = " or grid.sync()" if uses_grid_sync(a.thread.block.kernel) else ""
+    # a launch that syncs its grid (the simulator's launch noted it on the kernel: uses_grid_sync)
+    grid = " or grid.sync()" if getattr(a.thread.block.kernel, "_workbook_grid_sync", False) else ""
     between = (("two blocks of one launch, with no grid.sync() between them" if grid else
                 "two blocks of one launch are never ordered") if earlier.serial != now.serial
                else f"with no syncthreads(){grid} between them" if earlier.warp != now.warp

@@ -23,6 +23,12 @@ from numba.cuda.simulator.kernelapi import Dim3
 
 from .collectives import RESOLVERS, WARP_SIZE, StrictModeError, _Raise
 
+# What the threads' accesses are reported to (watch.py reports them, watch.listening() adds one): a
+# trace or a sanitizer, each with .access() (or .count()) and .launch_ended(); one wanting lines
+# (.wants_lines) is handed every line a thread runs too (line_tracer). Here, below watch.py, so that
+# both modules read the same list without importing each other.
+listeners = []
+
 FULL_MASK = 0xFFFFFFFF
 STRICT_ENV = "WORKBOOK_SIM_STRICT"
 
@@ -188,10 +194,8 @@ def _is_kernel_code(filename, _seen={}):  # noqa: B006  (a cache)
 
 def line_tracer():
     """A sys.settrace function that hands each line of kernel code a simulated thread runs to the
-    listeners that want lines (watch.py), or None when none does."""
-    from . import watch
-
-    wanting = [listener for listener in watch._listeners if getattr(listener, "wants_lines", False)]
+    listeners that want lines (a memory trace's), or None when none does."""
+    wanting = [listener for listener in listeners if getattr(listener, "wants_lines", False)]
     if not wanting:
         return None
 

@@ -28,8 +28,7 @@ import numpy as np
 
 from .numba_typing import widened
 from .scheduler import current
-
-_listeners = []  # objects with .access(Access) (or .count(space, bytes)) and .launch_ended(); see listening()
+from .scheduler import listeners as _listeners  # a trace or sanitizer each; see listening()
 
 
 @contextlib.contextmanager
