@@ -785,3 +785,34 @@ def test_a_failing_first_launch_raises_instead_of_hanging():
     assert result.returncode == 0, result.stderr
     assert "raised:" in result.stdout and "a student's stub" in result.stdout
     assert "Exception in thread" not in result.stderr, result.stderr
+
+
+# numba-cuda's own warp-operation suite, run in this simulator. Its tests of what the compiler emits
+# (the LLVM IR's constant mode, PTX for sm_100, typing errors raised when a signature is given and
+# nothing is launched) are about code generation, which the simulator leaves to the real compiler
+# (workbook/compiler.py, at each launch); every test of what the operations do runs here.
+NUMBA_CODEGEN_TESTS = {"test_shfl_sync_const_mode_val", "test_shfl_sync_const_mode_val_sm100",
+                       "test_vote_sync_const_mode_val", "test_vote_sync_const_mode_val_sm100",
+                       "test_vote_sync_type_validation"}
+
+
+def numba_warp_tests():
+    from numba.cuda.tests.cudapy import test_warp_ops
+
+    suite = test_warp_ops.TestCudaWarpOperations
+    return suite, sorted(name for name in dir(suite) if name.startswith("test_") and name not in NUMBA_CODEGEN_TESTS)
+
+
+@pytest.mark.parametrize("name", numba_warp_tests()[1])
+def test_numba_cudas_warp_operation_suite(name):
+    """Each behavioural test of numba-cuda's test_warp_ops.py (skipped there on its simulator) gives
+    here what it gives on a GPU: shuffles of declared int32 and int64 arguments included."""
+    import unittest
+
+    suite, _ = numba_warp_tests()
+    here = type("InThisSimulator", (suite,), {"__unittest_skip__": False})  # numba-cuda skips it on its simulator
+    case = here(name)
+    result = unittest.TestResult()
+    case.run(result)
+    problems = [text for _, text in result.errors + result.failures]
+    assert not problems and not result.skipped, "\n".join(problems) or str(result.skipped)

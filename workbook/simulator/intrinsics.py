@@ -25,6 +25,8 @@ def _vote_predicate(op, predicate):
 
 def _shuffle_value(op, value):
     value = as_read(value)
+    if isinstance(value, DeclaredInt) and value.dtype in (np.int32, np.int64):  # an argument declared int32 or int64
+        value = value.dtype.type(value)
     # A Python int or float is an int64 or float64 to numba.
     if not (isinstance(value, (np.int32, np.int64, np.float32, np.float64)) or type(value) in (int, float)):
         raise TypeError(
