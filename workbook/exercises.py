@@ -320,6 +320,33 @@ def _wrong_on_another_grid(exercise, module):
 
 REGRIDDED_LAUNCHES = 8  # launches of the student's kernels tried on each other grid
 
+
+def order_seed(exercise):
+    """The seed of the thread order an exercise is checked in again (the same at every grading)."""
+    import zlib
+
+    return 1 + zlib.crc32(exercise.id.encode()) % 997
+
+
+def _wrong_in_another_order(exercise, module):
+    """In the simulator: the check again with every block's threads in another order, switching at
+    global accesses and atomics (simulator/interleave.py, seeded), so that an answer right only in the
+    simulator's default order (a plain read racing an atomic, data published before it is written) is
+    not graded correct. The message, or None."""
+    if ON_GPU:
+        return None
+    from .simulator.interleave import ENV, interleaved
+
+    seed = order_seed(exercise)
+    try:
+        with strict_simulator(sanitize=False), interleaved(seed):
+            exercise.check(module)
+    except Exception as error:  # noqa: BLE001
+        return (f"right in the simulator's usual thread order, wrong in another (threads shuffled and switched "
+                f"at global accesses and atomics, as a GPU may run them; {ENV}={seed} runs every launch in "
+                f"that order):\n{_message(error)}")
+    return None
+
 WASTE_LIMIT = 1.5  # bytes an answer's kernels may move, as a multiple of the reference answer's (wasted_work)
 EXERCISE_TRAFFIC = CHAPTERS / "exercise_traffic.json"  # {exercise: _Traffic.summary()}: `exercises --store-traffic`
 
@@ -447,7 +474,7 @@ def evaluate(exercise, module):
             exercise.check(module)
     except Exception as error:  # noqa: BLE001  (whatever the student's code raises is the answer)
         return Result(exercise, WRONG, _message(error))
-    wrong = _wrong_on_another_grid(exercise, module)
+    wrong = _wrong_on_another_grid(exercise, module) or _wrong_in_another_order(exercise, module)
     if wrong:
         return Result(exercise, WRONG, wrong)
     if exercise.speed is None:

@@ -138,7 +138,9 @@ PLANTED_WRONG_ANSWERS = {
                ("                    result = table_values[slot]", "                    result = slot")],  # the slot, not the index
     "ch11.2": [("at = cuda.atomic.add(counts, k, 1)  # this pair's place: no other thread gets it",
                 "at = counts[k]\n                counts[k] = at + 1", "simulator"),  # two threads can take one place
-               ("                rule_in[k, at] = j\n                rule_out[k, at] = i", "                rule_in[k, at] = i\n                rule_out[k, at] = j")],  # swapped
+               ("                rule_in[k, at] = j\n                rule_out[k, at] = i", "                rule_in[k, at] = i\n                rule_out[k, at] = j"),  # swapped
+               ("at = cuda.atomic.add(counts, k, 1)  # this pair's place: no other thread gets it",
+                "cuda.atomic.add(counts, k, 1)\n                at = cuda.atomic.add(counts, k, 0) - 1", "simulator")],  # another thread may add between: only another order shows it
     "ch11.3": [("cuda.atomic.add(out, (rule_out[k, p], c), products[k, p, c])  # read, add, write as one",
                 "out[rule_out[k, p], c] += products[k, p, c]", "simulator"),  # the stub's race
                ("cuda.atomic.add(out, (rule_out[k, p], c), products[k, p, c])  # read, add, write as one",

@@ -112,7 +112,7 @@ import threading
 
 import numpy as np
 
-from . import gpu_math, watch
+from . import gpu_math, interleave, watch
 from .intrinsics import INTRINSICS
 from .numba_typing import as_declared, declared_types
 from .sanitizer import RaceError, Sanitizer, UninitializedReadError, sanitizing  # noqa: F401
@@ -202,6 +202,8 @@ def install():
     kernel._workbook_simulator_installed = True
     if os.environ.get(SANITIZE_ENV, "").strip() not in ("", "0"):  # every launch of this process sanitized
         watch._listeners.append(Sanitizer(budget=None))
+    if interleave.seed_from_env() is not None:  # every launch of this process in that seed's order
+        watch._listeners.append(interleave.Interleaver(interleave.seed_from_env()))
 
 
 _stock_getitem = None

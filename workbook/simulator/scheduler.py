@@ -28,6 +28,9 @@ from .collectives import RESOLVERS, WARP_SIZE, StrictModeError, _Raise
 # (.wants_lines) is handed every line a thread runs too (line_tracer). Here, below watch.py, so that
 # both modules read the same list without importing each other.
 listeners = []
+# The draws of an interleaved launch (interleave.py sets it for a launch): a random.Random, or None
+# for the default order, threads in order of their index.
+order = [None]
 
 FULL_MASK = 0xFFFFFFFF
 STRICT_ENV = "WORKBOOK_SIM_STRICT"
@@ -257,7 +260,11 @@ class BlockScheduler:
         self.tracer = line_tracer()
         thread_indices = ((x, y, z) for z in range(bz) for y in range(by) for x in range(bx))
         self.threads = [_Thread(self, grid_point, idx, tid) for tid, idx in enumerate(thread_indices)]
-        self.ready = collections.deque(self.threads)  # threads that can run, in the order they will
+        self.draws = order[0]  # an interleaved launch's (interleave.py): who runs next is drawn
+        starting = list(self.threads)
+        if self.draws is not None:
+            self.draws.shuffle(starting)
+        self.ready = collections.deque(starting)  # threads that can run, in the order they will
         limit = block_time_limit()
         watchdog = None
         if limit:
@@ -280,6 +287,8 @@ class BlockScheduler:
         while True:
             try:
                 while ready:
+                    if self.draws is not None and len(ready) > 1:
+                        ready.rotate(-self.draws.randrange(len(ready)))
                     thread = ready.popleft()
                     if self.failure is not None and not thread:  # the block failed before it started
                         continue
