@@ -76,6 +76,10 @@ class Exercise:
     # kernel must leave threads past its data idle and take its block size from the launch; a
     # grid-stride loop must also go round one block.
     grids: tuple = ("more blocks", "smaller blocks")
+    # The spec asks for coalesced accesses: in the simulator the check runs again under the memory
+    # trace, and an answer whose kernels move more than COALESCING_LIMIT times the reference answer's
+    # 32-byte sectors per byte used is too slow (lanes far apart: right values, many times the traffic).
+    coalesced: bool = False
     chapter: str = field(default="", init=False)
 
     def __post_init__(self):
@@ -361,18 +365,27 @@ def reference_traffic():
 
 class _Traffic:
     """A simulator listener (simulator/watch.py): the global- and shared-memory bytes each launch of one
-    module's kernels reads and writes."""
+    module's kernels reads and writes, and of any kernel that module's code launches (a wrapper that
+    calls a chapter's GEMM twice pays for both)."""
 
     def __init__(self, module_name):
         self.module, self._counting = module_name, False
         self.kernels, self.global_bytes, self.shared_bytes = [], [], []  # one entry per launch
 
     def launch_started(self, number, kernel):
-        self._counting = getattr(kernel.fn, "__module__", None) == self.module
+        self._counting = getattr(kernel.fn, "__module__", None) == self.module or self._launched_from_module()
         if self._counting:
             self.kernels.append(kernel.fn.__name__)
             self.global_bytes.append(0)
             self.shared_bytes.append(0)
+
+    def _launched_from_module(self):
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_globals.get("__name__") == self.module:
+                return True
+            frame = frame.f_back
+        return False
 
     def launch_ended(self, number, kernel, failed=False):
         self._counting = False
@@ -418,6 +431,35 @@ def wasted_work(mine, reference):
                     f"launch ({moved:,} against {expected:,}; counted in the simulator): work done more than "
                     "once? (a loop step that adds only zeros, a tile staged twice)")
     return None
+
+
+COALESCING_LIMIT = 2.0  # sectors moved per byte used, as a multiple of the reference answer's
+
+
+def _sectors(exercise, module, kernels):
+    """The check again under the memory trace (simulator/memtrace): the global-memory bytes the
+    module's kernels asked for and the 32-byte sectors' bytes their warps' requests moved."""
+    from . import memtrace
+
+    with strict_simulator(sanitize=False), memtrace.trace() as traced:
+        exercise.check(module)
+    totals = [t for name, spaces in traced.kernels().items() if name in kernels
+              for space, t in spaces.items() if space.startswith("global")]
+    return {"requested": sum(t.requested for t in totals), "moved": sum(t.moved for t in totals)}
+
+
+def uncoalesced(mine, reference):
+    """Why an answer's accesses are scattered, or None: its global requests moved more than
+    COALESCING_LIMIT times the sectors per byte used that the reference answer's did on the same check."""
+    if not (reference and reference.get("requested") and mine.get("requested")):
+        return None
+    ours, theirs = mine["moved"] / mine["requested"], reference["moved"] / reference["requested"]
+    if ours <= COALESCING_LIMIT * theirs:
+        return None
+    return (f"right values, but your kernels' warps moved {ours:.1f} bytes of 32-byte sectors for each byte they "
+            f"used, where the reference answer's move {theirs:.1f} ({mine['moved']:,} bytes moved for "
+            f"{mine['requested']:,} used; traced in the simulator): lanes of a warp far apart in memory? A warp's "
+            "32 lanes should touch neighbouring words (coalesced), as the spec asks")
 
 
 def _listening(listener):
@@ -479,9 +521,15 @@ def evaluate(exercise, module):
         return Result(exercise, WRONG, wrong)
     if exercise.speed is None:
         mine = traffic.summary()
-        waste = wasted_work(mine, reference_traffic().get(exercise.id))
+        reference = reference_traffic().get(exercise.id)
+        waste = wasted_work(mine, reference)
         if waste:
             return Result(exercise, SLOW, waste, traffic=mine)
+        if exercise.coalesced and mine:
+            mine.update(_sectors(exercise, module, set(mine["kernels"])))
+            scattered = uncoalesced(mine, reference)
+            if scattered:
+                return Result(exercise, SLOW, scattered, traffic=mine)
         return Result(exercise, CORRECT, traffic=mine)
     ratio, what = exercise.speed(module)
     if not ON_GPU:

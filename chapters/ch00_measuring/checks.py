@@ -70,7 +70,7 @@ def speed_copy_matrix(m):
 EXERCISES = [
     Exercise("ch00.1", "the grid-stride step", "complete", "copy_grid_stride_kernel", check_grid_stride,
              grids=("more blocks", "one block", "smaller blocks")),
-    Exercise("ch00.2", "reverse an array", "write", "reverse_kernel", check_reverse),
+    Exercise("ch00.2", "reverse an array", "write", "reverse_kernel", check_reverse, coalesced=True),
     Exercise("ch00.3", "two loads in flight: the tail", "fix", "copy_two_in_flight_kernel",
              check_two_in_flight,
              grids=("more blocks", "one block", "smaller blocks")),

@@ -11,7 +11,9 @@ from workbook.launch import cdiv
 
 from . import kernels as k
 
-SIZES = [1, 3, 4, 5, 31, 33, 1000, workbook.size(gpu=(1 << 22) + 7, sim=1001)]
+# every residue class that matters: a partial first word, whole words (32, 64: no partial last word),
+# a partial quad (3, 5), past a block (1000), large and odd
+SIZES = [1, 3, 4, 5, 31, 32, 33, 64, 1000, workbook.size(gpu=(1 << 22) + 7, sim=1001)]
 CASES = [(0.3, 0x0123456789ABCDEF, 0), (0.5, 42, (7 << 32) + 5), (0.0, 1, 2), (1.0, 3, 4)]
 
 

@@ -13,23 +13,32 @@ from workbook.launch import cdiv
 from . import kernels as k
 
 SIZES = [1, 31, 33, 1000, workbook.size(gpu=(1 << 22) + 7, sim=2001)]
-SPECIALS = {"finite": None, "inf": np.inf, "-inf": -np.inf, "NaN": np.nan}
+SPECIALS = {"finite": None, "inf": np.inf, "-inf": -np.inf, "NaN": np.nan,
+            "inf, NaN and -inf": (np.inf, np.nan, -np.inf)}  # several bad values: a flag, not a count
 
 
 def _check_unscale(function, name, blocks=None):
     for n in SIZES:
         for special, value in SPECIALS.items():
             grad = np.random.default_rng(n).standard_normal(n, dtype=np.float32) * 1000
-            if value is not None:
-                grad[(n * 5) // 7] = value  # one bad value, in the middle of some block
-            expected, expected_flag = k.unscale_reference([grad], 0.125)
-            d_grad = cuda.to_device(grad)
-            found_inf = cuda.to_device(np.zeros(1, np.float32))
-            function(d_grad, found_inf, cuda.to_device(np.array([0.125], np.float32)))
-            launch = Launch(blocks, 128, grid_stride=True) if blocks else Launch(cdiv(n, 128), 128)
-            label = f"{name} n={n}, {special}"
-            workbook.assert_close(d_grad, expected[0], name=f"{label}: grad", launch=launch, input=grad)
-            workbook.assert_close(found_inf, expected_flag, exact=True, name=f"{label}: found_inf")
+            for at, bad in enumerate(np.atleast_1d(value) if value is not None else ()):
+                grad[((n * 5) // 7 + 37 * at) % n] = bad  # in the middle of some block, and apart
+            _unscaled(function, name, n, special, grad, 0.125, blocks)
+    # a scale below 1 (inv_scale 4) that overflows finite gradients: the flag is the input's, not the product's
+    grad = np.full(SIZES[2], np.float32(1e38))
+    _unscaled(function, name, SIZES[2], "finite, inv_scale 4", grad, 4.0, blocks)
+
+
+def _unscaled(function, name, n, special, grad, inv_scale, blocks):
+    expected, expected_flag = k.unscale_reference([grad], inv_scale)
+    d_grad = cuda.to_device(grad)
+    found_inf = cuda.to_device(np.zeros(1, np.float32))
+    with np.errstate(over="ignore"):
+        function(d_grad, found_inf, cuda.to_device(np.array([inv_scale], np.float32)))
+    launch = Launch(blocks, 128, grid_stride=True) if blocks else Launch(cdiv(n, 128), 128)
+    label = f"{name} n={n}, {special}"
+    workbook.assert_close(d_grad, expected[0], name=f"{label}: grad", launch=launch, input=grad)
+    workbook.assert_close(found_inf, expected_flag, exact=True, name=f"{label}: found_inf")
 
 
 def check_unscale(m):
@@ -50,28 +59,38 @@ def check_owners(m):
 
 def check_grid_stride(m):
     _check_unscale(m.unscale_grid_stride, "unscale_grid_stride", blocks=2)
+    # another grid than the wrapper's default: a stride of 2 blocks taken for granted scales twice
+    grad = np.random.default_rng(5).standard_normal(1000, dtype=np.float32)
+    _unscaled(lambda g, f, s: m.unscale_grid_stride(g, f, s, blocks=3), "unscale_grid_stride, blocks=3", 1000,
+              "finite", grad, 0.125, 3)
+
+
+# (growth, backoff, interval, found_inf step by step): two rules, so that no constant of one passes
+UPDATE_CASES = [(2.0, 0.5, 3, [0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0]),
+                (4.0, 0.25, 5, [0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0])]
 
 
 def check_update_scale(m):
-    flags = [0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0]
-    scale, good = np.float32(1024.0), 0
-    d_scale, d_inv = cuda.to_device(np.array([scale])), poisoned(1, np.float32)
-    d_good = cuda.to_device(np.zeros(1, np.int32))
-    for step, flag in enumerate(flags):
-        d_flag = cuda.to_device(np.array([flag], np.float32))
-        m.update_scale(d_scale, d_inv, d_good, d_flag, growth=2.0, backoff=0.5, interval=3)
-        if flag:
-            scale, good = np.float32(scale * 0.5), 0
-        else:
-            good += 1
-            if good == 3:
-                scale, good = np.float32(scale * 2.0), 0
-        got = (d_scale.copy_to_host()[0], d_inv.copy_to_host()[0], d_good.copy_to_host()[0])
-        if got != (scale, np.float32(1) / scale, good):
-            raise CheckError(f"update_scale, step {step} (found_inf history {flags[:step + 1]}): got scale, "
-                             f"inv_scale, good_steps = {got}, expected {(scale, np.float32(1) / scale, good)}")
-        if d_flag.copy_to_host()[0] != flag:
-            raise CheckError(f"update_scale, step {step}: found_inf changed; leave it as it is")
+    for growth, backoff, interval, flags in UPDATE_CASES:
+        rule = f"growth={growth}, backoff={backoff}, interval={interval}"
+        scale, good = np.float32(1024.0), 0
+        d_scale, d_inv = cuda.to_device(np.array([scale])), poisoned(1, np.float32)
+        d_good = cuda.to_device(np.zeros(1, np.int32))
+        for step, flag in enumerate(flags):
+            d_flag = cuda.to_device(np.array([flag], np.float32))
+            m.update_scale(d_scale, d_inv, d_good, d_flag, growth=growth, backoff=backoff, interval=interval)
+            if flag:
+                scale, good = np.float32(scale * backoff), 0
+            else:
+                good += 1
+                if good == interval:
+                    scale, good = np.float32(scale * growth), 0
+            got = (d_scale.copy_to_host()[0], d_inv.copy_to_host()[0], d_good.copy_to_host()[0])
+            if got != (scale, np.float32(1) / scale, good):
+                raise CheckError(f"update_scale ({rule}), step {step} (found_inf history {flags[:step + 1]}): got "
+                                 f"scale, inv_scale, good_steps = {got}, expected {(scale, np.float32(1) / scale, good)}")
+            if d_flag.copy_to_host()[0] != flag:
+                raise CheckError(f"update_scale, step {step}: found_inf changed; leave it as it is")
 
 
 EXERCISES = [

@@ -30,16 +30,19 @@ def check_pool_backward(m):
 
 def check_sgd(m):
     rng = np.random.default_rng(8)
-    n, lr, momentum, decay = 1001, 0.1, 0.9, 0.01
-    w, v = rng.standard_normal(n), np.zeros(n)
-    params, velocity = cuda.to_device(w.astype(np.float32)), cuda.to_device(v.astype(np.float32))
-    for step in range(3):  # three steps: the first alone cannot tell where the decay goes
-        g = rng.standard_normal(n)
-        m.sgd_momentum(params, cuda.to_device(g.astype(np.float32)), velocity, lr, momentum, decay)
-        v = momentum * v + (g + decay * w)
-        w = w - lr * v
-        workbook.assert_close(velocity, v.astype(np.float32), rtol=1e-5, atol=1e-6, name=f"velocity after step {step + 1}")
-        workbook.assert_close(params, w.astype(np.float32), rtol=1e-5, atol=1e-6, name=f"params after step {step + 1}")
+    for n, lr, momentum, decay in [(1001, 0.1, 0.9, 0.01), (33, 0.05, 0.5, 0.001)]:  # no constant of one passes
+        rule = f"lr={lr}, momentum={momentum}, decay={decay}"
+        w, v = rng.standard_normal(n), np.zeros(n)
+        params, velocity = cuda.to_device(w.astype(np.float32)), cuda.to_device(v.astype(np.float32))
+        for step in range(3):  # three steps: the first alone cannot tell where the decay goes
+            g = rng.standard_normal(n)
+            m.sgd_momentum(params, cuda.to_device(g.astype(np.float32)), velocity, lr, momentum, decay)
+            v = momentum * v + (g + decay * w)
+            w = w - lr * v
+            workbook.assert_close(velocity, v.astype(np.float32), rtol=1e-5, atol=1e-6,
+                                  name=f"velocity after step {step + 1} ({rule})")
+            workbook.assert_close(params, w.astype(np.float32), rtol=1e-5, atol=1e-6,
+                                  name=f"params after step {step + 1} ({rule})")
 
 
 def check_column_sum(m):
@@ -54,7 +57,7 @@ EXERCISES = [
     Exercise("ch08.1", "the data gradient's filters", "complete", "flip_filters_kernel", check_flip_filters,
              grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch08.2", "global average pooling, backward", "write", "pool_backward_kernel", check_pool_backward,
-             grids=("more blocks", "one block", "smaller blocks")),
+             grids=("more blocks", "one block", "smaller blocks"), coalesced=True),
     Exercise("ch08.3", "SGD: where the weight decay goes", "fix", "sgd_momentum_kernel", check_sgd,
              grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch08.4", "the bias gradient, a warp per column", "write", "column_sum_kernel", check_column_sum,
