@@ -12,7 +12,8 @@ from workbook.launch import cdiv
 
 from . import kernels as k
 
-SIZES = [1, 31, 33, 1000, workbook.size(gpu=(1 << 22) + 7, sim=3001)]
+# a partial warp (1, 31, 33), whole warps (64), past a block (1000), large and odd
+SIZES = [1, 31, 33, 64, 1000, workbook.size(gpu=(1 << 22) + 7, sim=3001)]
 
 
 def _random(n, seed=0):
