@@ -4,8 +4,12 @@
     python -m workbook run [ch00 ch01 ...]  run chapters headless, every check asserted; summary table
     python -m workbook table [--markdown]   the summary of stored GPU results (--readme: into results/README.md)
     python -m workbook notebooks [--check]  write each chapter's .ipynb from its .py (or check they agree)
-    python -m workbook exercises [chNN ...] the progress table of your exercises (--solutions: of solutions.py)
+    python -m workbook exercises [chNN ...] the progress table of your exercises (--solutions: of solutions.py;
+                                            --audit: what each check's data leaves open, workbook/check_data.py)
     python -m workbook handout DIR          a copy of the workbook for students: no solutions.py
+    python -m workbook grade DIR --out F    a class's submissions (one entry per student in DIR) graded
+                                            as pytest --exercises grades one, each in a sandbox of its
+                                            own: grades.csv, --json with every message, a summary
     python -m workbook compile [chNN ...]   every kernel the chapters' tests launch, compiled for every
                                             GPU target the installed compiler supports (7.5 and up)
                                             on this machine, GPU or not: a table
@@ -93,6 +97,15 @@ def exercises(args):
         ex.EXERCISE_TRAFFIC.write_text(json.dumps(traffic, indent=1) + "\n")
         print(f"wrote {ex.EXERCISE_TRAFFIC.relative_to(results.ROOT)}: {len(traffic)} exercises")
         return 0
+    if args.audit:  # maintainers, in the simulator: what each check's data leaves open (check_data.py)
+        from workbook import check_data
+
+        open_classes = 0
+        for exercise in ex.all_exercises(args.chapters):
+            found = check_data.audit(exercise)
+            open_classes += len(found)
+            print(f"{exercise.id}: " + ("covers every class" if not found else "\n    ".join(["", *found])))
+        return 1 if open_classes else 0
     which = "solutions" if args.solutions else "exercises"
     found = ex.all_exercises(args.chapters)
     rows, passed, fresh = [], 0, 0
@@ -194,6 +207,12 @@ def handout(args):
     return 0
 
 
+def grade(args):
+    from workbook import grade as gradebook
+
+    return gradebook.main(args)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m workbook", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -224,6 +243,8 @@ def main(argv=None):
                            help="maintainers: recompute the stub fingerprints in the region markers")
     ex_parser.add_argument("--store-traffic", action="store_true",
                            help="maintainers (simulator): store the reference answers' global-memory bytes")
+    ex_parser.add_argument("--audit", action="store_true",
+                           help="maintainers (simulator): the classes of lucky answer each check's data leaves open")
     ex_parser.set_defaults(func=exercises)
     compile_parser = commands.add_parser("compile", help="compile every chapter kernel for a GPU, no GPU needed")
     compile_parser.add_argument("chapters", nargs="*")
@@ -247,6 +268,25 @@ def main(argv=None):
                                 help="write the committed files even if the checkout has uncommitted or untracked "
                                      "files, or exercise regions that are not their stubs")
     handout_parser.set_defaults(func=handout)
+    grade_parser = commands.add_parser("grade", help="grade a class's submissions, each in a sandbox")
+    grade_parser.add_argument("submissions", help="a folder with one entry per student (the entry's name is the id)")
+    grade_parser.add_argument("--out", required=True, help="the CSV: a row per student and exercise")
+    grade_parser.add_argument("--json", help="also everything as JSON: full messages, each process's output")
+    grade_parser.add_argument("--jobs", "-j", type=int, default=None,
+                              help="grading processes at once (default: one per core; 1 on a GPU)")
+    grade_parser.add_argument("--timeout", type=float, default=300,
+                              help="wall-clock seconds for one chapter's file of one submission (default 300)")
+    grade_parser.add_argument("--points", help='a JSON file: {"ch01.4": 2} or {"ch01.4": {"fast enough": 2, '
+                                               '"too slow": 1}}; default 1 for correct or fast enough')
+    grade_parser.add_argument("--only", help="grade these exercises or chapters only: ch00,ch01.2")
+    grade_parser.add_argument("--cache", help="where grades of files already seen are kept "
+                                              "(default build/grade-cache)")
+    grade_parser.add_argument("--no-cache", action="store_true", help="grade every file, keep nothing")
+    grade_parser.add_argument("--isolation", choices=("auto", "namespaces", "process"), default="auto",
+                              help="namespaces: also hide the machine from each grading process (Linux, "
+                                   "unprivileged user namespaces); auto: where they work")
+    grade_parser.add_argument("--keep", action="store_true", help="keep the temporary sandboxes (to debug)")
+    grade_parser.set_defaults(func=grade)
     args = parser.parse_args(argv)
     return args.func(args) or 0
 

@@ -63,6 +63,14 @@ class Launch:
         return divmod(int(thread), self.threads_per_block)
 
 
+def smallest_first(cases, size=None):
+    """The cases in order of size (`size(case)`; by default the product of a shape, or the number
+    itself): a check that stops at its first failure then names the smallest case that fails."""
+    import math
+
+    return sorted(cases, key=size or (lambda case: math.prod(case) if isinstance(case, tuple) else case))
+
+
 def to_host(array):
     """A NumPy copy of a device array, a torch tensor, or a host array."""
     if hasattr(array, "copy_to_host"):

@@ -80,6 +80,11 @@ class Exercise:
     # trace, and an answer whose kernels move more than COALESCING_LIMIT times the reference answer's
     # 32-byte sectors per byte used is too slow (lanes far apart: right values, many times the traffic).
     coalesced: bool = False
+    # What the check's data must cover (workbook/check_data.py): {what the spec fixes: why} is exempt
+    # from the classes ("kernel argument 2", "kernel argument 0 axis 1", "kernel warp residues");
+    # {(kernel, argument, axis): tile} an axis a tiled loop steps along, every residue of which is tried.
+    fixed: dict = field(default_factory=dict)
+    tiles: dict = field(default_factory=dict)
     chapter: str = field(default="", init=False)
 
     def __post_init__(self):

@@ -6,7 +6,7 @@ import numpy as np
 
 import workbook
 from workbook import cuda
-from workbook.check import Launch
+from workbook.check import Launch, smallest_first
 from workbook.exercises import Exercise, poisoned, speed_ratio
 from workbook.launch import cdiv
 
@@ -39,14 +39,14 @@ def check_reverse(m):
 def check_two_in_flight(m):
     # 1024 = two grid-widths of 2 x 256 threads: the main loop does every element and the tail
     # nothing, so a wrong tail passes there; the other sizes need the tail.
-    for n in [1024, *SIZES]:
+    for n in smallest_first([1024, *SIZES]):
         src = _random(n)
         out = m.copy_two_in_flight(cuda.to_device(src), poisoned(n, np.float32))
         workbook.assert_close(out, src, exact=True, name=f"copy_two_in_flight n={n}",
                               launch=Launch(2, k.THREADS_PER_BLOCK, grid_stride=True))
 
 
-MATRIX_SHAPES = [(1, 1), (1, 33), (31, 1), (33, 31), workbook.size(gpu=(2049, 3001), sim=(37, 67))]
+MATRIX_SHAPES = smallest_first([(1, 1), (1, 33), (31, 1), (33, 31), (2, 64), workbook.size(gpu=(2049, 3001), sim=(37, 67))])
 
 
 def check_copy_matrix(m):

@@ -12,8 +12,9 @@ from workbook.launch import cdiv
 from . import kernels as k
 
 # every residue class that matters: a partial first word, whole words (32, 64: no partial last word),
-# a partial quad (3, 5), past a block (1000), large and odd
-SIZES = [1, 3, 4, 5, 31, 32, 33, 64, 1000, workbook.size(gpu=(1 << 22) + 7, sim=1001)]
+# every residue of a quad (4, 1, 6, 3), past a block (1000), large and odd (in the simulator too, more
+# than one block's quads: 256 threads x 4). A thread a quad, no loop: no check on one block
+SIZES = [1, 3, 4, 5, 6, 31, 32, 33, 64, 1000, workbook.size(gpu=(1 << 22) + 7, sim=2055)]
 CASES = [(0.3, 0x0123456789ABCDEF, 0), (0.5, 42, (7 << 32) + 5), (0.0, 1, 2), (1.0, 3, 4)]
 
 
@@ -60,9 +61,9 @@ def check_seed_only(m):
 
 EXERCISES = [
     Exercise("ch02.1", "the Philox counter and key", "complete", "keep_flags_kernel", check_keep_flags,
-             grids=("more blocks", "one block", "smaller blocks")),
+             grids=("more blocks", "smaller blocks"), tiles={("keep_flags_kernel", 0, 0): 4}),
     Exercise("ch02.2", "backward from the bitmask", "write", "dropout_backward_kernel", check_backward),
     Exercise("ch02.3", "the mask's padding bits", "fix", "dropout_mask_kernel", check_mask),
     Exercise("ch02.4", "the seed-only backward", "write", "seed_only_backward_kernel", check_seed_only,
-             grids=("more blocks", "one block", "smaller blocks")),
+             grids=("more blocks", "smaller blocks"), tiles={("seed_only_backward_kernel", 0, 0): 4}),
 ]

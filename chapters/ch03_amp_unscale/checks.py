@@ -6,7 +6,7 @@ import numpy as np
 
 import workbook
 from workbook import cuda
-from workbook.check import CheckError, Launch
+from workbook.check import CheckError, Launch, smallest_first
 from workbook.exercises import Exercise, poisoned
 from workbook.launch import cdiv
 
@@ -25,9 +25,9 @@ def _check_unscale(function, name, blocks=None):
             for at, bad in enumerate(np.atleast_1d(value) if value is not None else ()):
                 grad[((n * 5) // 7 + 37 * at) % n] = bad  # in the middle of some block, and apart
             _unscaled(function, name, n, special, grad, 0.125, blocks)
-    # a scale below 1 (inv_scale 4) that overflows finite gradients: the flag is the input's, not the product's
-    grad = np.full(SIZES[2], np.float32(1e38))
-    _unscaled(function, name, SIZES[2], "finite, inv_scale 4", grad, 4.0, blocks)
+        if n == 33:  # a scale below 1 (inv_scale 4) that overflows finite gradients: the flag is the input's
+            grad = np.float32(1e38) * np.random.default_rng(n).uniform(1, 3, n).astype(np.float32)  # not the product's
+            _unscaled(function, name, n, "finite, inv_scale 4", grad, 4.0, blocks)
 
 
 def _unscaled(function, name, n, special, grad, inv_scale, blocks):
@@ -48,9 +48,9 @@ def check_unscale(m):
 
 def check_owners(m):
     rng = np.random.default_rng(3)
-    cases = [[5], [1, 1, 1], [0, 3], [3, 0, 4], [0, 0, 7, 0], [33, 0, 0, 31, 1],
+    cases = [[5], [1, 1, 1], [0, 3], [3, 0, 4], [0, 0, 7, 0], [12, 20], [33, 0, 0, 31, 1],
              list(rng.integers(0, 9, size=57)) + [4]]
-    for sizes in cases:
+    for sizes in smallest_first(cases, sum):
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
         items = int(np.sum(sizes))
         expected = (np.searchsorted(starts, np.arange(items), side="right") - 1).astype(np.int32)
@@ -61,8 +61,9 @@ def check_owners(m):
 def check_grid_stride(m):
     _check_unscale(m.unscale_grid_stride, "unscale_grid_stride", blocks=2)
     # another grid than the wrapper's default: a stride of 2 blocks taken for granted scales twice
-    grad = np.random.default_rng(5).standard_normal(1000, dtype=np.float32)
-    _unscaled(lambda g, f, s: m.unscale_grid_stride(g, f, s, blocks=3), "unscale_grid_stride, blocks=3", 1000,
+    n = SIZES[-1]  # (the largest: the cases run smallest first)
+    grad = np.random.default_rng(5).standard_normal(n, dtype=np.float32)
+    _unscaled(lambda g, f, s: m.unscale_grid_stride(g, f, s, blocks=3), "unscale_grid_stride, blocks=3", n,
               "finite", grad, 0.125, 3)
 
 
@@ -94,13 +95,26 @@ def check_update_scale(m):
                 raise CheckError(f"update_scale, step {step}: found_inf changed; leave it as it is")
 
 
+def _one_flag_one_scale(kernel):
+    """What the unscale kernels' spec fixes: one flag, one scale."""
+    return {f"{kernel} argument 1": "found_inf: one flag", f"{kernel} argument 2": "inv_scale: one float"}
+
+
 EXERCISES = [
-    Exercise("ch03.1", "raise the found_inf flag", "complete", "unscale_kernel", check_unscale),
+    Exercise("ch03.1", "raise the found_inf flag", "complete", "unscale_kernel", check_unscale,
+             fixed=_one_flag_one_scale("unscale_kernel")),
     Exercise("ch03.2", "the owner of an item: binary search", "write", "find_owner", check_owners),
     Exercise("ch03.3", "a grid-stride loop that stops short", "fix", "unscale_grid_stride_kernel",
              check_grid_stride,
-             grids=("more blocks", "one block", "smaller blocks")),
+             grids=("more blocks", "one block", "smaller blocks"),
+             fixed=_one_flag_one_scale("unscale_grid_stride_kernel")),
     Exercise("ch03.4", "the dynamic loss scale, on the device", "write", "update_scale_kernel",
              check_update_scale,
-             grids=("more blocks", "one block", "smaller blocks")),
+             grids=("more blocks", "one block", "smaller blocks"),
+             fixed={"update_scale_kernel argument 0": "the loss scale: one float",
+                    "update_scale_kernel argument 1": "its inverse: one float",
+                    "update_scale_kernel argument 2": "the count of good steps: one int",
+                    "update_scale_kernel argument 3": "found_inf: one flag",
+                    "update_scale_kernel warp residues": "one thread updates the scale",
+                    "update_scale_kernel past one launch": "one thread updates the scale"}),
 ]

@@ -6,14 +6,16 @@ import numpy as np
 
 import workbook
 from workbook import cuda
-from workbook.check import Launch
+from workbook.check import Launch, smallest_first
 from workbook.exercises import Exercise, poisoned
 
 from . import kernels as k
 
 GEOMETRIES = [case[1:] for case in k.AWKWARD_CASES]  # (x shape, w shape, stride, padding, dilation)
-GEMM_SHAPES = [(1, 1, 1), (1, 9, 1), (31, 17, 33), (33, 8, 31), (9, 23, 16),
-               workbook.size(gpu=(257, 1001, 131), sim=(37, 29, 41))]  # (M, K, N)
+# (M, K, N); with the depths K = 10, 11, 12, 14, every residue of K modulo 8 (ch04.3's TILE)
+GEMM_SHAPES = smallest_first([(1, 1, 1), (1, 9, 1), (3, 10, 5), (5, 11, 3), (2, 12, 7), (7, 14, 2), (31, 17, 33),
+                              (33, 8, 31), (9, 23, 16), workbook.size(gpu=(257, 1001, 131), sim=(37, 29, 41))],
+                             lambda mkn: max(mkn[0] * mkn[1], mkn[1] * mkn[2], mkn[0] * mkn[2]))
 
 
 def _grid(threads_x, threads_y):
@@ -28,12 +30,24 @@ def _column_thread(m):
     return Launch.mapped(lambda at: divmod(at[1], m.THREADS_PER_BLOCK))
 
 
+def _columns(case):
+    """The size of im2col's output for (index, geometry): what its check is ordered by."""
+    g = k.conv_geometry(*case[1])
+    return max(np.prod(case[1][0]), g.gemm_depth * g.gemm_columns)
+
+
+def _largest(case):
+    """The largest of x, w and the output for (index, geometry): what the convolution's check is ordered by."""
+    g = k.conv_geometry(*case[1])
+    return max(np.prod(case[1][0]), np.prod(case[1][1]), np.prod(g.out_shape))
+
+
 def _random(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
 
 
 def check_im2col(m):
-    for index, (x_shape, w_shape, stride, padding, dilation) in enumerate(GEOMETRIES):
+    for index, (x_shape, w_shape, stride, padding, dilation) in smallest_first(enumerate(GEOMETRIES), _columns):
         x = _random(x_shape, index)
         g = k.conv_geometry(x_shape, w_shape, stride, padding, dilation)
         col = m.im2col(cuda.to_device(x), w_shape, stride, padding, dilation)
@@ -60,7 +74,7 @@ def check_gemm_tiled(m):
 
 
 def check_conv(m):
-    for index, (x_shape, w_shape, stride, padding, dilation) in enumerate(GEOMETRIES):
+    for index, (x_shape, w_shape, stride, padding, dilation) in smallest_first(enumerate(GEOMETRIES), _largest):
         x, w = _random(x_shape, index), _random(w_shape, index + 10)
         g = k.conv_geometry(x_shape, w_shape, stride, padding, dilation)
         rtol, atol = k.tolerance(g.gemm_depth)
@@ -72,8 +86,10 @@ def check_conv(m):
 
 
 EXERCISES = [
-    Exercise("ch04.1", "im2col: the offset-table lookup", "complete", "im2col_kernel", check_im2col),
+    Exercise("ch04.1", "im2col: the offset-table lookup", "complete", "im2col_kernel", check_im2col,
+             fixed={"im2col_kernel argument 1 axis 0": "the offset table's three rows: channel, row, column"}),
     Exercise("ch04.2", "a GEMM, one thread per element", "write", "gemm_kernel", check_gemm),
-    Exercise("ch04.3", "the tiled GEMM's last step", "fix", "gemm_tiled_kernel", check_gemm_tiled),
+    Exercise("ch04.3", "the tiled GEMM's last step", "fix", "gemm_tiled_kernel", check_gemm_tiled,
+             tiles={("gemm_tiled_kernel", 0, 1): 8}),  # a's depth K, walked TILE at a time
     Exercise("ch04.4", "direct convolution", "write", "conv2d_direct_kernel", check_conv),
 ]

@@ -5,11 +5,12 @@ import numpy as np
 
 import workbook
 from workbook import cuda
+from workbook.check import smallest_first
 from workbook.exercises import Exercise, poisoned
 
-FILTERS = [(1, 1, 1, 1), (3, 2, 3, 3), (5, 4, 5, 3), (2, 7, 1, 5)]  # (K, C, R, S)
-PLANES = [(1, 1), (6, 31), (3, 33), (35, 64), workbook.size(gpu=(4097, 49), sim=(9, 100))]  # (N*C, H*W)
-COLUMNS = [(1, 1), (31, 10), (33, 65), (257, 3)]  # (rows, columns)
+FILTERS = smallest_first([(1, 1, 1, 1), (3, 2, 3, 3), (4, 8, 1, 1), (5, 4, 5, 3), (2, 7, 1, 5)])  # (K, C, R, S)
+PLANES = smallest_first([(1, 1), (6, 31), (3, 33), (35, 64), workbook.size(gpu=(4097, 49), sim=(9, 100))])  # (N*C, H*W)
+COLUMNS = smallest_first([(1, 1), (31, 10), (33, 65), (64, 32), (257, 3)])  # (rows, columns)
 
 
 def check_flip_filters(m):
@@ -30,7 +31,9 @@ def check_pool_backward(m):
 
 def check_sgd(m):
     rng = np.random.default_rng(8)
-    for n, lr, momentum, decay in [(1001, 0.1, 0.9, 0.01), (33, 0.05, 0.5, 0.001)]:  # no constant of one passes
+    # no constant of one case passes; sizes under a warp, past one, whole warps, past the grid
+    for n, lr, momentum, decay in [(5, 0.2, 0.8, 0.05), (33, 0.05, 0.5, 0.001), (64, 0.01, 0.95, 0.0),
+                                   (1001, 0.1, 0.9, 0.01)]:
         rule = f"lr={lr}, momentum={momentum}, decay={decay}"
         w, v = rng.standard_normal(n), np.zeros(n)
         params, velocity = cuda.to_device(w.astype(np.float32)), cuda.to_device(v.astype(np.float32))

@@ -9,14 +9,19 @@ import numpy as np
 
 import workbook
 from workbook import cuda
-from workbook.check import Launch
+from workbook.check import Launch, smallest_first
 from workbook.exercises import Exercise, poisoned, speed_ratio
 
 from . import kernels as k
 
-GEMM_SHAPES = [(1, 1, 1), (16, 8, 8), (31, 17, 33), (33, 40, 31), (18, 23, 9),
-               workbook.size(gpu=(257, 131, 129), sim=(37, 41, 29))]  # (M, K, N)
-ROWS = [1, 31, 33, 64, 100, workbook.size(gpu=5001, sim=77)]
+# (M, K, N); with the one-tile cases (16, 16 + r, 8), every residue of K modulo 16 (an FP16 mma's
+# depth) and so of 8 (a TF32 one's)
+GEMM_SHAPES = smallest_first([(1, 1, 1), (16, 8, 8), (31, 17, 33), (33, 40, 31), (18, 23, 9),
+                              *((16, 16 + r, 8) for r in (0, 2, 3, 4, 5, 6, 10, 11, 12, 13, 14, 15)),
+                              workbook.size(gpu=(257, 131, 129), sim=(37, 41, 29))],
+                             lambda mkn: max(mkn[0] * mkn[1], mkn[1] * mkn[2], mkn[0] * mkn[2]))
+# every residue of a stage's TILE_ROWS (32) rows, then whole stages, several, large and odd
+ROWS = smallest_first([*range(1, 34), 64, 100, workbook.size(gpu=5001, sim=77)])
 
 
 def _tile_owner(N, warps, width=8):
@@ -74,10 +79,13 @@ def speed_f16_wide(m):
 
 EXERCISES = [
     Exercise("ch09.1", "TF32 fragments: which lane holds what", "complete", "gemm_tf32_tile_kernel", check_tf32_tile,
-             grids=()),
+             grids=(), tiles={("gemm_tf32_tile_kernel", 0, 1): 8}),  # (a's depth K, in steps of an mma's)
     Exercise("ch09.2", "a cp.async pipeline that reads too early", "fix", "column_sums_kernel", check_column_sums,
-             grids=()),
-    Exercise("ch09.3", "an ldmatrix address", "complete", "gemm_f16_ldmatrix_kernel", check_f16_ldmatrix, grids=()),
+             grids=(), tiles={("column_sums_kernel", 0, 0): 32},  # (x's rows, a stage's TILE_ROWS at a time)
+             fixed={"column_sums_kernel argument 0 axis 1": "x has COLUMNS (128) columns, a thread each",
+                    "column_sums_kernel argument 1": "out: COLUMNS sums"}),
+    Exercise("ch09.3", "an ldmatrix address", "complete", "gemm_f16_ldmatrix_kernel", check_f16_ldmatrix, grids=(),
+             tiles={("gemm_f16_ldmatrix_kernel", 0, 1): 16}),
     Exercise("ch09.4", "a wider tile: one A fragment, four mma", "faster", ("gemm_f16_wide_kernel", "gemm_f16_wide"),
-             check_f16_wide, speed=speed_f16_wide, target=1.5, grids=()),
+             check_f16_wide, speed=speed_f16_wide, target=1.5, grids=(), tiles={("gemm_f16_wide_kernel", 0, 1): 16}),
 ]

@@ -10,9 +10,10 @@ from workbook.exercises import Exercise, poisoned
 
 from chapters.ch10_lstm.reference import sigmoid
 
-CELLS = [(1, 1), (3, 31), (2, 33), (5, 100)]  # (B, H)
-PROJECTIONS = [(1, 1, 1, 1), (3, 2, 5, 4), (4, 3, 33, 8)]  # (T, B, I, H)
-RECURRENCES = [(1, 1), (3, 31), (4, 33), (3, 100)]  # (T, N): one thread; one block; past a block; 4 blocks
+CELLS = [(1, 1), (2, 32), (2, 33), (3, 31), (5, 100)]  # (B, H), smallest first
+PROJECTIONS = [(1, 1, 1, 1), (3, 2, 5, 4), (2, 5, 7, 16), (4, 3, 33, 8)]  # (T, B, I, H)
+# (T, N): one thread; one block; a whole warp; past a block; 4 blocks
+RECURRENCES = [(1, 1), (3, 31), (2, 32), (4, 33), (3, 100)]
 
 
 def check_cell(m):
@@ -21,8 +22,9 @@ def check_cell(m):
         x_terms, h_terms = rng.standard_normal((2, B, 4 * H), dtype=np.float32)
         bias = rng.standard_normal(4 * H, dtype=np.float32)
         c0 = rng.standard_normal((B, H), dtype=np.float32)
-        if B > 1:  # the last row's last unit's input gate: NaN in c and h of that (b, j) only
-            x_terms[B - 1, H - 1] = np.nan
+        if B > 1:  # NaN in the last row's last unit's input gate (in c and h of that (b, j) only), and
+            x_terms[B - 1, H - 1] = np.nan  # inf in the first row's first output gate (o = 1 there)
+            x_terms[0, 3 * H] = np.inf
         z = x_terms.astype(np.float64) + h_terms + bias
         i, f, g, o = sigmoid(z[:, :H]), sigmoid(z[:, H:2 * H]), np.tanh(z[:, 2 * H:3 * H]), sigmoid(z[:, 3 * H:])
         c_ref = f * c0 + i * g
@@ -65,6 +67,6 @@ EXERCISES = [
     Exercise("ch10.1", "the LSTM cell, fused", "write", "lstm_cell_kernel", check_cell,
              grids=("more blocks", "one block", "smaller blocks")),
     Exercise("ch10.2", "the hoisted input projection's shapes", "complete", "input_projection", check_projection,
-             grids=()),
+             grids=(), fixed={"gemm_kernel argument 3 axis 0": "one batch: the hoisted projection is one GEMM"}),
     Exercise("ch10.3", "a grid barrier placed wrong", "fix", "recurrence_kernel", check_recurrence, grids=()),
 ]

@@ -17,7 +17,8 @@ from chapters.ch11_sparse_conv.reference import TAPS, key, neighbours
 from workbook.exercises import Exercise
 
 GOLDEN = 0x9E3779B97F4A7C15
-SETS = {**scan.TINY, "a small scan": scan.voxelize(scan.lidar_scan(3, 40))}
+CUBE = np.stack(np.meshgrid(*[np.arange(4)] * 3, indexing="ij"), axis=-1).reshape(-1, 3)  # 64 sites: whole warps
+SETS = {**scan.TINY, "a 4 x 4 x 4 cube": CUBE, "a small scan": scan.voxelize(scan.lidar_scan(3, 40))}
 
 
 def host_slot(k, shift):
@@ -50,15 +51,17 @@ def _cluster_at_the_end(slots, count):
 
 
 def check_lookup(m):
-    slots = 16
-    cases = {"keys sharing a slot near the end, wrapping to slot 0": _cluster_at_the_end(slots, 4),
-             "a half-full table of coordinates": list(key(scan.TINY["a 6 x 6 plane"][:8]))}
-    for name, keys in cases.items():
+    # (slots, keys, queries): a table of 16, 64 and 32 slots (another shift each); queries under a warp,
+    # past the wrapper's threads (the loop must go round) and whole warps
+    cases = {"keys sharing a slot near the end, wrapping to slot 0": (16, _cluster_at_the_end(16, 4), None),
+             "a quarter-full table, queries in whole warps": (32, list(key(scan.TINY["a line of 33"][:8])), 64),
+             "a half-full table of coordinates": (64, list(key(scan.TINY["a 6 x 6 plane"][:32])), 300)}
+    for name, (slots, keys, count) in cases.items():
         table_keys, table_values, _ = host_table(keys, slots)
         absent = [k + 1 for k in keys if k + 1 not in keys][:5] + [EMPTY, 123456789]
         queries = np.array(list(keys)[::-1] + absent, np.int64)
-        if name.startswith("a half-full"):  # more queries than the wrapper's threads: the loop must go round
-            queries = np.resize(queries, 300)
+        if count:
+            queries = np.resize(queries, count)
         expected = np.array([100 + list(keys).index(q) if q in keys else -1 for q in queries], np.int32)
         found = poisoned(len(queries), np.int32)
         m.lookup(cuda.to_device(table_keys), cuda.to_device(table_values), cuda.to_device(queries), found)
@@ -70,7 +73,7 @@ def check_lookup(m):
 
 
 def check_rulebook(m):
-    for name, coords in SETS.items():
+    for name, coords in sorted(SETS.items(), key=lambda item: len(item[1])):  # smallest first
         nbr = neighbours(np.asarray(coords))
         n = len(nbr)
         counts = cuda.to_device(np.zeros(TAPS, np.int32))
@@ -100,7 +103,8 @@ def _sanitized(on):
 
 
 def check_scatter(m):
-    for name, channels in (("a line of 33", 1), ("a 6 x 6 plane", 3), ("a small scan", 2)):
+    for name, channels in (("no neighbours", 3), ("a line of 33", 1), ("a 6 x 6 plane", 3), ("a 4 x 4 x 4 cube", 2),
+                           ("a small scan", 2)):
         nbr = neighbours(np.asarray(SETS[name]))
         n = len(nbr)
         rng = np.random.default_rng(n)
@@ -122,7 +126,13 @@ def check_scatter(m):
 EXERCISES = [
     Exercise("ch11.1", "a hash probe", "write", "lookup_kernel", check_lookup, grids=("more blocks", "one block")),
     Exercise("ch11.2", "a rulebook entry", "complete", "rulebook_kernel", check_rulebook,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block"),
+             fixed={"rulebook_kernel argument 0 axis 1": "a 3 x 3 x 3 kernel: 27 taps",
+                    "rulebook_kernel argument 1": "the taps' counts: 27, from zero",
+                    "rulebook_kernel argument 2 axis 0": "27 taps", "rulebook_kernel argument 3 axis 0": "27 taps"}),
     Exercise("ch11.3", "a scatter race", "fix", "scatter_all_taps_kernel", check_scatter,
-             grids=("more blocks", "one block")),
+             grids=("more blocks", "one block"),
+             fixed={"scatter_all_taps_kernel argument 0 axis 0": "a 3 x 3 x 3 kernel: 27 taps",
+                    "scatter_all_taps_kernel argument 1 axis 0": "27 taps",
+                    "scatter_all_taps_kernel argument 2": "the taps' counts: 27"}),
 ]

@@ -135,7 +135,9 @@ def scatter_all_taps(products, rule_out, counts, out):
 PLANTED_WRONG_ANSWERS = {
     "ch11.1": [("slot = (slot + 1) & mask  # the next slot, wrapping around", "slot = slot + 1 if slot + 1 < mask else 0"),  # skips the last slot
                ("slot = (slot + 1) & mask  # the next slot, wrapping around", "break"),  # the first slot only: no probing
-               ("                    result = table_values[slot]", "                    result = slot")],  # the slot, not the index
+               ("                    result = table_values[slot]", "                    result = slot"),  # the slot, not the index
+               ("    mask = table_keys.shape[0] - 1", "    mask = 15"),  # a constant: one table size's
+               ("slot = first_slot(key, shift)", "slot = first_slot(key, 60)")],  # a constant: one shift's
     "ch11.2": [("at = cuda.atomic.add(counts, k, 1)  # this pair's place: no other thread gets it",
                 "at = counts[k]\n                counts[k] = at + 1", "simulator"),  # two threads can take one place
                ("                rule_in[k, at] = j\n                rule_out[k, at] = i", "                rule_in[k, at] = i\n                rule_out[k, at] = j"),  # swapped

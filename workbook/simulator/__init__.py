@@ -241,18 +241,22 @@ def regridded(module_name, how, launches=None):
     """A context in which kernels defined in `module_name` launch on another grid (`how`, a key of
     GRIDS), their blocks unchanged: a check run this way finds an answer that is right only for the
     grid its wrapper happens to pick. With `launches`, the launch after that many raises
-    EnoughLaunches: a check's first cases (its small, awkward sizes) are where such answers fail."""
+    EnoughLaunches: a check's first cases (its small, awkward sizes) are where such answers fail.
+    On "one block", a launch whose grid is one block already is not counted (it changes nothing, and
+    a check's small sizes would use up the count before a grid-stride loop has to go round)."""
 
     made = [0]
 
     def change(kernel, configuration):
         if getattr(kernel.fn, "__module__", None) != module_name:
             return configuration
+        grid, rest = configuration[0], tuple(configuration[1:])
+        dims = (grid,) if isinstance(grid, int | np.integer) else tuple(grid)
+        if how == "one block" and all(int(d) == 1 for d in dims):
+            return configuration
         made[0] += 1
         if launches is not None and made[0] > launches:
             raise EnoughLaunches()
-        grid, rest = configuration[0], tuple(configuration[1:])
-        dims = (grid,) if isinstance(grid, int | np.integer) else tuple(grid)
         if how == "smaller blocks":
             return _halved(dims, rest)
         if how == "one block":
@@ -367,6 +371,8 @@ def _launch(kernel, stock_call, self, args):
     listeners = list(watch._listeners)  # told of the end too, even if one stepped aside meanwhile
     watch.forget_arrays()
     for listener in listeners:
+        if hasattr(listener, "launch_arguments"):  # (check_data.py: what a check's launches are given)
+            listener.launch_arguments(number, self, args)
         listener.launch_started(number, self)
     try:
         result = stock_call(self, *args)
