@@ -6,7 +6,8 @@ holds pieces of them (LEAVES_OUT, LEAVES_OUT_PATHS).
     python -m workbook handout DIR --force    writes the committed files all the same
 
 In a git checkout the handout is `git archive HEAD`: an instructor's uncommitted answers and stray
-files never reach the students. Outside one (a handout of a handout), every file is copied.
+files never reach the students. Outside one (a handout of a handout), every file is copied. Either
+way the handout gets GitHub Classroom's autograding workflow (classroom.py).
 """
 
 import io
@@ -15,7 +16,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from . import exercises
+from . import classroom, exercises
 from .results import ROOT
 
 LEAVES_OUT = ("solutions.py",)  # every chapter's
@@ -98,4 +99,8 @@ def write(destination, force=False):
             (destination / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / relative, destination / relative)
             written.append(relative.as_posix())
+    workflow = destination / classroom.PATH  # GitHub Classroom's autograding, one test an exercise
+    workflow.parent.mkdir(parents=True, exist_ok=True)
+    workflow.write_text(classroom.workflow())
+    written.append(classroom.PATH)
     return written, found
