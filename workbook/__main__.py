@@ -7,6 +7,8 @@
     python -m workbook exercises [chNN ...] the progress table of your exercises (--solutions: of solutions.py;
                                             --audit: what each check's data leaves open, workbook/check_data.py)
     python -m workbook handout DIR          a copy of the workbook for students: no solutions.py
+    python -m workbook book                 the workbook as a website, the reference GPU's outputs in its
+                                            notebooks (the `book` extra): build/book/_build/html
     python -m workbook grade DIR --out F    a class's submissions (one entry per student in DIR) graded
                                             as pytest --exercises grades one, each in a sandbox of its
                                             own: grades.csv, --json with every message, a summary
@@ -196,6 +198,13 @@ def profile(args):
     return 0 if result.passed else 1
 
 
+def book(args):
+    from workbook import book as site
+
+    site.build(args.out, args.device)
+    return 0
+
+
 def handout(args):
     from workbook import handout as handouts
 
@@ -262,6 +271,10 @@ def main(argv=None):
     profile_parser.add_argument("exercise", help="an exercise id, e.g. ch01.1")
     profile_parser.add_argument("--solutions", action="store_true", help="the reference answer instead of yours")
     profile_parser.set_defaults(func=profile)
+    book_parser = commands.add_parser("book", help="the workbook as a website (Jupyter Book), with stored GPU outputs")
+    book_parser.add_argument("--out", default=None, help="build folder (default build/book)")
+    book_parser.add_argument("--device", default=None, help="whose stored run the pages show (default the reference GPU)")
+    book_parser.set_defaults(func=book)
     handout_parser = commands.add_parser("handout", help="a copy of the workbook without solutions")
     handout_parser.add_argument("directory")
     handout_parser.add_argument("--force", action="store_true",

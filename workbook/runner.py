@@ -135,9 +135,36 @@ def code_cells(script):
     return [(number, "\n".join(source) + "\n") for number, source in cells]
 
 
+OUTPUT_KEPT = 40_000  # characters of a cell's printed output kept with its results (the book shows them)
+
+
+class _Tee:
+    """sys.stdout for one cell: what it prints goes on to the log, and is kept for the cell's row."""
+
+    def __init__(self, stream):
+        self.stream, self.kept = stream, []
+
+    def write(self, text):
+        self.kept.append(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):  # flush, isatty, encoding, fileno: the real stream's
+        return getattr(self.stream, name)
+
+    def text(self):
+        text = "".join(self.kept)
+        return text if len(text) <= OUTPUT_KEPT else text[:OUTPUT_KEPT] + "\n[... cut: the rest is in the chapter's log]\n"
+
+
+def _figures_now():
+    """{name: modification time} of the plots in this run's results folder."""
+    return {p.name: p.stat().st_mtime_ns for p in results.device_dir().glob("*.png")}
+
+
 def run_cells(script, cells_path=None):
     """Run a chapter's script as `python script.py` (runpy.run_path, run_name "__main__") would, one
-    code cell at a time, writing each cell's times to cells_path (JSON, after every cell)."""
+    code cell at a time, writing each cell's times to cells_path (JSON, after every cell), with what
+    it printed (`output`) and the plots it saved (`figures`): a notebook's outputs, for the book."""
     import __future__
     import builtins
     import types
@@ -155,16 +182,21 @@ def run_cells(script, cells_path=None):
     rows = []
     for index, (line, source) in enumerate(code_cells(script)):
         compiling, compiles, all_compiles = clock.seconds, clock.count, everywhere[0]
-        started = time.perf_counter()
+        started, figures, tee = time.perf_counter(), _figures_now(), _Tee(sys.stdout)
         code = compile(source, script, "exec", flags=future, dont_inherit=True)
         future |= code.co_flags & features
-        exec(code, module.__dict__)  # noqa: S102  (the chapter's own code)
+        sys.stdout = tee
+        try:
+            exec(code, module.__dict__)  # noqa: S102  (the chapter's own code)
+        finally:
+            sys.stdout = tee.stream
         row = {"cell": index, "line": line, "seconds": round(time.perf_counter() - started, 2)}
         count = max(clock.count - compiles, everywhere[0] - all_compiles)
         if count:
             row.update(compile_s=round(clock.seconds - compiling, 2), compiles=count)
         first = next((text for text in source.splitlines() if text.strip() and not text.startswith("#")), "")
-        rows.append({**row, "code": first[:60]})
+        saved = sorted(name for name, stamp in _figures_now().items() if figures.get(name) != stamp)
+        rows.append({**row, "code": first[:60], "output": tee.text(), **({"figures": saved} if saved else {})})
         if cells_path:
             Path(cells_path).write_text(json.dumps(rows))
     return rows
