@@ -69,6 +69,7 @@ def test_a_handout_carries_the_workflow_and_its_commands_grade_it(tmp_path):
     written, _ = handout.write(root, force=True)
     assert classroom.PATH in written
     assert (root / classroom.PATH).read_text() == classroom.workflow()
+    assert not (root / ".github" / "workflows" / "book.yml").exists()  # the workbook's website is not the class's
     exercise = next(e for e in EXERCISES if e.id == "ch00.1")
     status, output = _grade(root, exercise)
     assert status != 0 and "not attempted" in output, output

@@ -84,7 +84,7 @@ def chapter_notebook(notebook_id, script, device):
     stamp = stored.get("stamp", {})
     if same:
         note = (f"*The outputs below are those of the stored run on {stamp.get('device', device)} "
-                f"({stamp.get('date', 'undated')}): run the notebook to see your own machine's.*")
+                f"({stamp.get('date', 'undated')[:10]}): run the notebook to see your own machine's.*")
     else:
         note = (f"*No outputs: the stored run on {device} is of another version of this notebook. "
                 "Run it to see them.*")

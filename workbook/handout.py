@@ -21,7 +21,8 @@ from .results import ROOT
 
 LEAVES_OUT = ("solutions.py",)  # every chapter's
 # A maintainer's trial of wrong answers: each is an edit of a solution, so it holds pieces of them.
-LEAVES_OUT_PATHS = ("tools/wrong_answer_trial.py", "results/wrong_answer_trial.json")
+LEAVES_OUT_PATHS = ("tools/wrong_answer_trial.py", "results/wrong_answer_trial.json",
+                    ".github/workflows/book.yml")  # (and the workbook's website: not the class's to publish)
 
 
 def left_out(relative):
