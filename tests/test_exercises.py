@@ -191,8 +191,10 @@ def test_the_handout_ships_no_answer(tmp_path):
                            and name.startswith(("chapters/", "workbook/")) and not name.endswith("/checks.py")))
     held = []
     for chapter_id in CHAPTERS:
+        handed = texts[ex.module_path(chapter_id, "exercises").relative_to(ex.CHAPTERS.parent).as_posix()]
         for region in ex.regions(ex.module_path(chapter_id, "solutions").read_text()):
-            answer = _significant_lines(region.code) - taught
+            # (a line the stub or its spec already holds, as ch00.2's "dst[i] = src[n - 1 - i]", gives nothing away)
+            answer = {line for line in _significant_lines(region.code) - taught if line not in handed}
             for name, text in texts.items():
                 found = [line for line in answer if line in text]
                 strict = name.startswith("tools/") or (name.startswith("results/") and not name.endswith(".log"))
