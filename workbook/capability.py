@@ -16,7 +16,10 @@ A chapter asks before it runs such a kernel:
     capability.message(...), capability.lacking(...), capability.current()
 
 The simulator runs every instruction: it answers as the GPUs the workbook is measured on (H100 and
-H200, compute capability 9.0).
+H200, compute capability 9.0). With WORKBOOK_SIM_CC=7.5 (any capability of SHARED_OPT_IN) it answers
+as that GPU instead: `current()` is 7.5, a block may have its shared memory (64 KB on a T4), and an
+intrinsic whose instruction that GPU lacks raises where a kernel runs it (`guard`), as that GPU's
+compiler would refuse the kernel. A chapter run so shows what a class's T4s will do with it.
 `python -m workbook compile` uses the same table: it finds the instructions in each kernel's PTX
 (the `ptx` patterns) and builds the kernel only for the targets that have them, reporting the others
 as skipped with the reason (`skip_reason`). An instruction ptxas rejects for a target that this
@@ -27,6 +30,10 @@ import re
 from dataclasses import dataclass
 
 REFERENCE = (9, 0)  # what the simulator answers as: the Hopper GPUs (H100, H200) the workbook is measured on
+SIMULATED_ENV = "WORKBOOK_SIM_CC"  # "7.5": the simulator answers as a GPU of that capability instead
+# Dynamic shared memory a block may have when it asks (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+SHARED_OPT_IN = {(7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 7): 163 * 1024,
+                 (8, 9): 99 * 1024, (9, 0): 227 * 1024, (10, 0): 227 * 1024, (12, 0): 99 * 1024}
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,8 @@ _current = []
 
 
 def current():
-    """(major, minor) of the GPU the chapters run on: the device's, or in the simulator REFERENCE."""
+    """(major, minor) of the GPU the chapters run on: the device's, or in the simulator REFERENCE
+    (or what WORKBOOK_SIM_CC says)."""
     if not _current:
         from . import MODE
 
@@ -112,8 +120,58 @@ def current():
 
             _current.append(tuple(cuda.get_current_device().compute_capability))
         else:
-            _current.append(REFERENCE)
+            _current.append(simulated())
     return _current[0]
+
+
+def simulated():
+    """The capability the simulator answers as: WORKBOOK_SIM_CC ("7.5"), else REFERENCE."""
+    import os
+
+    text = os.environ.get(SIMULATED_ENV, "").strip()
+    if not text:
+        return REFERENCE
+    try:
+        cc = tuple(int(part) for part in text.split("."))
+    except ValueError:
+        cc = ()
+    if cc not in SHARED_OPT_IN:
+        raise ValueError(f"{SIMULATED_ENV}={text!r}: the simulator answers as one of "
+                         f"{', '.join(_text(c) for c in SHARED_OPT_IN)}")
+    return cc
+
+
+def shared_limit(cc=None):
+    """Bytes of dynamic shared memory a block may ask for on a GPU of capability `cc` (default this one)."""
+    return SHARED_OPT_IN.get(tuple(current() if cc is None else cc)[:2], SHARED_OPT_IN[REFERENCE])
+
+
+def guard(namespace, module):
+    """In the simulator answering as a GPU other than REFERENCE: wrap each intrinsic of `namespace` (a
+    module's globals; `module` its name in INSTRUCTIONS' `by`, "tensor_cores") whose instruction that
+    GPU lacks, so that a kernel calling it raises, naming the instruction, as the GPU's compiler
+    would refuse it. Nothing changes for the reference GPU or on a real one."""
+    from . import MODE
+
+    if MODE == "gpu" or simulated() == REFERENCE:
+        return
+    for instruction in INSTRUCTIONS.values():
+        if instruction.on(current()):
+            continue
+        for name in instruction.by:
+            owner, _, function = name.partition(".")
+            if owner == module and function in namespace:
+                namespace[function] = _refusing(namespace[function], instruction, name)
+
+
+def _refusing(function, instruction, name):
+    def refused(*args, **kwargs):
+        raise RuntimeError(f"{_device_name(current())} lacks {instruction.name} ({instruction.what}), which "
+                           f"{name} emits: it needs {instruction.needs()}, and a GPU without it cannot compile "
+                           "this kernel. Ask first: workbook.capability.check / require")
+
+    refused.__name__ = function.__name__
+    return refused
 
 
 def _device_name(cc):

@@ -83,16 +83,18 @@ def stream_handle(stream):
 
 
 SHARED_WITHOUT_OPT_IN = 48 * 1024  # dynamic shared memory a kernel may have without asking
-REFERENCE_SHARED_LIMIT = 227 * 1024  # what a block may ask for on an H100: the simulator's answer
 _shared_limit = None
 
 
 def shared_memory_limit():
     """Bytes of dynamic shared memory a block may have on this GPU when it asks (227 KB on an H100,
-    64 KB on a T4); in the simulator, the H100's, so that kernels are sized as they will be there."""
+    64 KB on a T4); in the simulator, the reference GPU's (or WORKBOOK_SIM_CC's: capability.py), so
+    that kernels are sized as they will be there."""
     global _shared_limit
     if not ON_GPU:
-        return REFERENCE_SHARED_LIMIT
+        from . import capability
+
+        return capability.shared_limit()
     if _shared_limit is None:
         _shared_limit = cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
     return _shared_limit

@@ -266,3 +266,6 @@ else:  # the simulator: element by element, checking what a GPU would fault on
             flat[index + k] += np.float32(quad[k])
     shared_load4, shared_store4 = _simulated("shared_load4", True), _simulated("shared_store4", False)
     load16, store16 = _simulated("load16", True, None), _simulated("store16", False, None)
+    from . import capability
+
+    capability.guard(globals(), "memory")  # (answering as an older GPU: what it lacks raises)

@@ -413,3 +413,6 @@ else:  # the simulator
                                        ldmatrix_x1, ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4,
                                        ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_f16x2, shared_address,
                                        to_tf32, wgmma_commit, wgmma_f16, wgmma_fence, wgmma_tf32, wgmma_wait)
+    from . import capability
+
+    capability.guard(globals(), "tensor_cores")  # (answering as an older GPU: what it lacks raises)

@@ -311,12 +311,27 @@ def _launches(kernel):
         declared = getattr(self, "_declared", None)
         if declared is not None:
             args = as_declared(args, declared)
+        _check_shared_memory(self)
         try:
             return _launch(kernel, stock_call, self, args)
         finally:
             _let_go()
 
     kernel.FakeCUDAKernel.__call__ = call
+
+
+def _check_shared_memory(kernel):
+    """A launch asking for more dynamic shared memory than a block may have on the GPU the simulator
+    answers as fails, as the driver's would (227 KB on an H100, 64 KB on a T4: workbook/capability.py)."""
+    asked = int(getattr(kernel, "dynshared_size", 0) or 0)
+    if asked:
+        from .. import capability
+
+        limit = capability.shared_limit()
+        if asked > limit:
+            raise RuntimeError(f"{kernel.fn.__name__}: a launch with {asked:,} bytes of dynamic shared memory a "
+                               f"block, more than the {limit:,} a block may have on "
+                               f"{capability._device_name(capability.current())}")
 
 
 _skipping = False  # inside outputs_of(): host launches do nothing
