@@ -86,3 +86,17 @@ def test_a_t4_refuses_an_instruction_it_lacks_where_the_kernel_runs_it():
                           env={**os.environ, capability.SIMULATED_ENV: "7.5", "WORKBOOK_DEVICE": "sim",
                                "WORKBOOK_COMPILE": "0"})
     assert "lacks mma.sync.f16" in done.stdout and "tensor_cores.mma_f16" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_notebook_a_t4_cannot_run_stops_saying_why_and_the_run_goes_on(tmp_path):
+    """Chapter 09a needs mma.sync FP16 and TF32 and cp.async everywhere: on a T4 it stops at its first
+    cell with the reason, and `python -m workbook run` reports it skipped, not failed."""
+    done = subprocess.run([sys.executable, "-m", "workbook", "run", "ch09a", "--how", "script"], capture_output=True,
+                          text=True, timeout=600, cwd=capability.__file__.rsplit("/workbook/", 1)[0],
+                          env={**os.environ, capability.SIMULATED_ENV: "7.5", "WORKBOOK_DEVICE": "sim",
+                               "WORKBOOK_COMPILE": "0", "WORKBOOK_RESULTS": str(tmp_path)})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    said = " ".join(done.stdout.split())
+    assert "ch09a_mma_sync: skipped on this GPU" in said and "lacks mma.sync.f16" in said, said[-3000:]
+    log = (tmp_path / "simulator" / "ch09a.log").read_text()
+    assert "This notebook stops here" in log and "Traceback" not in log

@@ -170,7 +170,9 @@ def _refusing(function, instruction, name):
                            f"{name} emits: it needs {instruction.needs()}, and a GPU without it cannot compile "
                            "this kernel. Ask first: workbook.capability.check / require")
 
-    refused.__name__ = function.__name__
+    # named as the intrinsic it stands for: pickled by that name, the compile worker gets the GPU's own
+    refused.__module__, refused.__qualname__, refused.__name__ = function.__module__, function.__qualname__, \
+        function.__name__
     return refused
 
 
@@ -219,6 +221,22 @@ def check(*names, instead=None, what=None):
     if said:
         print(said)
     return not said
+
+
+class NotOnThisGPU(RuntimeError):
+    """A notebook that cannot run on this GPU stops here, saying why (`needed`). In Jupyter it shows
+    its message, not a traceback; `python -m workbook run` reports the notebook skipped, not failed."""
+
+    def _render_traceback_(self):  # (IPython's hook for an exception's display)
+        return [f"This notebook stops here: {self}"]
+
+
+def needed(*names, what, instead=None):
+    """At the top of a notebook every part of which needs the instructions `names`: on a GPU that
+    lacks one, raise NotOnThisGPU saying what it lacks and what to do instead."""
+    said = message(*names, what=what, instead=instead)
+    if said:
+        raise NotOnThisGPU(said)
 
 
 def require(*names, what, cc=None):

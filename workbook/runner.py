@@ -13,6 +13,7 @@ cell and per compile.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 import workbook
-from workbook import results, tables
+from workbook import capability, results, tables
 from workbook.report import chapter_scripts, summary
 
 def _env():
@@ -37,6 +38,10 @@ def _run_one(script, log_path, use_notebook, cells_path):
         with open(log_path, "w") as log:
             code = subprocess.run(command, cwd=script.parent, env=_env(), stdout=log, stderr=subprocess.STDOUT).returncode
         _notebook_cell_times(log_path.parent / notebook.name, cells_path)
+        stopped = re.search(r"(?:NotOnThisGPU|This notebook stops here): (.*)", log_path.read_text()) if code else None
+        if stopped:  # (nbconvert stops at the exception; the notebook is skipped here, not failed)
+            Path(cells_path).write_text(json.dumps([{"cell": None, "skipped": stopped.group(1)}]))
+            return 0
         return code
     with open(log_path, "w") as log:  # as _Ahead runs it, without the wait
         return subprocess.run([sys.executable, "-c", _READY, script.name, str(cells_path)], cwd=script.parent,
@@ -188,6 +193,12 @@ def run_cells(script, cells_path=None):
         sys.stdout = tee
         try:
             exec(code, module.__dict__)  # noqa: S102  (the chapter's own code)
+        except capability.NotOnThisGPU as why:  # the notebook needs what this GPU lacks: it stops, not fails
+            print(f"This notebook stops here: {why}")
+            rows.append({"cell": index, "line": line, "skipped": str(why)})
+            if cells_path:
+                Path(cells_path).write_text(json.dumps(rows))
+            return rows
         finally:
             sys.stdout = tee.stream
         row = {"cell": index, "line": line, "seconds": round(time.perf_counter() - started, 2)}
@@ -282,6 +293,7 @@ def run(chapters=(), how="auto", jobs=None):
     time, print the summary; 1 if one failed."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     scripts = chapter_scripts(chapters)
@@ -322,8 +334,13 @@ def run(chapters=(), how="auto", jobs=None):
                 _store_wall_time(out_dir / f"{chapter_id}.json", seconds, use_notebook, jobs,
                                  _cells_path(cells_dir.name, chapter_id))
             status = "[green]ok[/]" if code == 0 else f"[red]FAILED (exit {code})[/], see {log_path}"
+            skipped = _skipped(_cells_path(cells_dir.name, chapter_id)) if code == 0 else None
+            if skipped:
+                status = "[yellow]skipped on this GPU[/]"
             progress.console.print(f"{script.stem}: {status} in {seconds:.0f} s"
                                    + _slowest_cells(_cells_path(cells_dir.name, chapter_id)))
+            if skipped:
+                progress.console.print(f"  {escape(skipped)}", soft_wrap=True)
             if code:
                 failed.append(chapter_id)
                 progress.console.print("".join(log_path.read_text().splitlines(True)[-25:]))
@@ -341,13 +358,22 @@ def _cells_path(cells_dir, chapter_id):
     return Path(cells_dir) / f"{chapter_id}.cells.json"
 
 
+def _skipped(cells_path):
+    """Why a notebook stopped short (capability.NotOnThisGPU), or None."""
+    try:
+        cells = json.loads(Path(cells_path).read_text())
+    except (OSError, ValueError):
+        return None
+    return next((cell["skipped"] for cell in cells if "skipped" in cell), None)
+
+
 def _slowest_cells(cells_path, count=3):
     """'; slowest cells: 9 31 s (12 compiles), ...' from a chapter's cell times, or '' without them."""
     try:
         cells = json.loads(Path(cells_path).read_text())
     except (OSError, ValueError):
         return ""
-    slowest = sorted(cells, key=lambda cell: -cell["seconds"])[:count]
+    slowest = sorted((cell for cell in cells if "seconds" in cell), key=lambda cell: -cell["seconds"])[:count]
     return "; slowest cells: " + ", ".join(
         f"{cell['cell']} {cell['seconds']:.0f} s" + (f" ({cell['compiles']} compiles)" if cell.get("compiles") else "")
         for cell in slowest)
