@@ -208,7 +208,8 @@ def book(args):
 def handout(args):
     from workbook import handout as handouts
 
-    written, problems = handouts.write(args.directory, force=args.force)
+    written, problems = handouts.write(args.directory, force=args.force, repository=args.repository,
+                                       branch=args.branch)
     for line in problems:
         print(f"warning (--force): {line}")
     print(f"wrote {len(written)} committed files to {args.directory} (no solutions.py). There, as a student "
@@ -280,6 +281,9 @@ def main(argv=None):
     handout_parser.add_argument("--force", action="store_true",
                                 help="write the committed files even if the checkout has uncommitted or untracked "
                                      "files, or exercise regions that are not their stubs")
+    handout_parser.add_argument("--repository", help="the GitHub repository the handout is pushed to: each notebook "
+                                "gets an 'Open in Colab' badge and a first cell that installs the workbook there")
+    handout_parser.add_argument("--branch", default="main", help="the branch the badges open (default main)")
     handout_parser.set_defaults(func=handout)
     grade_parser = commands.add_parser("grade", help="grade a class's submissions, each in a sandbox")
     grade_parser.add_argument("submissions", help="a folder with one entry per student (the entry's name is the id)")

@@ -75,10 +75,15 @@ def _files_of_this_tree():
             if p.is_file() and not _NOT_A_CHECKOUT_SKIPS.intersection(p.relative_to(ROOT).parts)]
 
 
-def write(destination, force=False):
+def write(destination, force=False, repository=None, branch="main"):
     """Write the handout into `destination` (new or empty); returns the files written. Raises
-    SystemExit naming the problems (see `problems`) unless `force`."""
+    SystemExit naming the problems (see `problems`) unless `force`. With `repository` (the GitHub
+    URL the handout will be pushed to), its notebooks are made ready for hosted services (hosted.py)."""
     destination = Path(destination)
+    if repository:
+        from . import hosted
+
+        hosted.colab_url(repository, "")  # a GitHub URL, or say so before anything is written
     if destination.exists() and any(destination.iterdir()):
         raise SystemExit(f"{destination} exists and is not empty")
     found = problems()
@@ -104,4 +109,8 @@ def write(destination, force=False):
     workflow.parent.mkdir(parents=True, exist_ok=True)
     workflow.write_text(classroom.workflow())
     written.append(classroom.PATH)
+    if repository:
+        from . import hosted
+
+        hosted.make_handout_hosted(destination, repository, branch)
     return written, found
