@@ -121,3 +121,15 @@ window.addEventListener('load', () => {
     subprocess.run([CHROMIUM, *HEADLESS, f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1200,2000",
                     f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 50_000  # a page drawn, not a blank one
+
+
+def test_with_a_hosted_handouts_repository_every_page_has_its_badge(tmp_path):
+    from workbook import hosted
+
+    url = "https://github.com/acme/kernel-workbook"
+    book.write_sources(tmp_path / "src", repository=url, branch="fall")
+    index = (tmp_path / "src" / "index.md").read_text()
+    for notebook_id, script in chapter_scripts().items():
+        link = hosted.colab_url(url, script.relative_to(results.ROOT).with_suffix(".ipynb").as_posix(), "fall")
+        notebook = nbformat.read(tmp_path / "src" / "chapters" / f"{script.stem}.ipynb", as_version=4)
+        assert link in notebook.cells[1].source and link in index, notebook_id

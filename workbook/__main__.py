@@ -201,7 +201,7 @@ def profile(args):
 def book(args):
     from workbook import book as site
 
-    site.build(args.out, args.device)
+    site.build(args.out, args.device, args.repository, args.branch)
     return 0
 
 
@@ -275,6 +275,9 @@ def main(argv=None):
     book_parser = commands.add_parser("book", help="the workbook as a website (Jupyter Book), with stored GPU outputs")
     book_parser.add_argument("--out", default=None, help="build folder (default build/book)")
     book_parser.add_argument("--device", default=None, help="whose stored run the pages show (default the reference GPU)")
+    book_parser.add_argument("--repository", help="the GitHub repository of a handout written for hosted notebooks "
+                             "(handout --repository): its Open-in-Colab badges on every chapter page")
+    book_parser.add_argument("--branch", default="main", help="the branch the badges open (default main)")
     book_parser.set_defaults(func=book)
     handout_parser = commands.add_parser("handout", help="a copy of the workbook without solutions")
     handout_parser.add_argument("directory")

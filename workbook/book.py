@@ -141,9 +141,15 @@ def _rewrite_links(text, source, pages):
     return re.sub(r"(\[[^\]]*\])\(([^)\s]+)\)", link, text)
 
 
-def write_sources(out=BUILD / "src", device=None):
+def _notebook_path(script):
+    return script.relative_to(ROOT).with_suffix(".ipynb").as_posix()
+
+
+def write_sources(out=BUILD / "src", device=None, repository=None, branch="main"):
     """The book's sources (MyST pages, notebooks with stored outputs, _config.yml, _toc.yml) in `out`;
-    returns {notebook id: code cells with outputs}."""
+    returns {notebook id: code cells with outputs}. With `repository`, the GitHub repository of a
+    handout written for hosted notebooks (hosted.py), each chapter page and the front page carry the
+    "Open in Colab" badges of that handout's notebooks."""
     import nbformat
 
     from . import exercises
@@ -155,13 +161,25 @@ def write_sources(out=BUILD / "src", device=None):
     (out / "chapters").mkdir(parents=True)
     scripts = chapter_scripts()
     pages = _page_of(scripts)
-    (out / "index.md").write_text(_rewrite_links((ROOT / "README.md").read_text(), "README.md", pages))
+    index = _rewrite_links((ROOT / "README.md").read_text(), "README.md", pages)
+    if repository:
+        from . import hosted
+
+        index += "\n## Open a chapter in a hosted notebook\n\n" + "".join(
+            f"- {notebook_id} {hosted.badge(repository, _notebook_path(script), branch)}\n"
+            for notebook_id, script in scripts.items())
+    (out / "index.md").write_text(index)
     for relative in DOCS:
         (out / relative).parent.mkdir(parents=True, exist_ok=True)
         (out / relative).write_text(_rewrite_links((ROOT / relative).read_text(), relative, pages))
     filled = {}
     for notebook_id, script in scripts.items():
         notebook, filled[notebook_id] = chapter_notebook(notebook_id, script, device)
+        if repository:
+            from . import hosted
+
+            notebook.cells.insert(1, nbformat.v4.new_markdown_cell(hosted.badge(repository, _notebook_path(script),
+                                                                                branch)))
         if (script.parent / "exercises.py").exists() and script.stem == next(
                 s.stem for s in scripts.values() if s.parent == script.parent):
             notebook.cells.append(nbformat.v4.new_markdown_cell(
@@ -196,13 +214,13 @@ sphinx:
 """
 
 
-def build(out=None, device=None):
+def build(out=None, device=None, repository=None, branch="main"):
     """Write the sources and build the HTML; returns the folder holding index.html."""
     out = Path(out or BUILD)
     command = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or shutil.which("jupyter-book")
     if command is None:
         raise SystemExit('the book needs Jupyter Book: pip install -e ".[book]"')
-    filled = write_sources(out / "src", device)
+    filled = write_sources(out / "src", device, repository, branch)
     done = subprocess.run([command, "build", str(out / "src"), "--path-output", str(out), "--builder", "html"],
                           capture_output=True, text=True)
     if done.returncode:
