@@ -92,17 +92,11 @@ class Recorder:
         self.launches = []
 
     def launch_arguments(self, number, kernel, args):
-        if getattr(kernel.fn, "__module__", None) == self.module or self._launched_from_module():
+        from .exercises import launched_by
+
+        if launched_by(self.module, kernel, sys._getframe(1)):
             self.launches.append(Launch(kernel.fn.__name__, tuple(kernel.grid_dim), tuple(kernel.block_dim),
                                         [_argument(i, a) for i, a in enumerate(args)]))
-
-    def _launched_from_module(self):
-        frame = sys._getframe(2)
-        while frame is not None:
-            if frame.f_globals.get("__name__") == self.module:
-                return True
-            frame = frame.f_back
-        return False
 
     def launch_started(self, number, kernel):
         pass

@@ -368,6 +368,18 @@ def reference_traffic():
     return json.loads(EXERCISE_TRAFFIC.read_text()) if EXERCISE_TRAFFIC.exists() else {}
 
 
+def launched_by(module_name, kernel, frame):
+    """Is `kernel` one of module `module_name`'s, or launched from that module's code (a wrapper that
+    calls a chapter's GEMM)? `frame`: the launch's, walked outward."""
+    if getattr(kernel.fn, "__module__", None) == module_name:
+        return True
+    while frame is not None:
+        if frame.f_globals.get("__name__") == module_name:
+            return True
+        frame = frame.f_back
+    return False
+
+
 class _Traffic:
     """A simulator listener (simulator/watch.py): the global- and shared-memory bytes each launch of one
     module's kernels reads and writes, and of any kernel that module's code launches (a wrapper that
@@ -378,19 +390,11 @@ class _Traffic:
         self.kernels, self.global_bytes, self.shared_bytes = [], [], []  # one entry per launch
 
     def launch_started(self, number, kernel):
-        self._counting = getattr(kernel.fn, "__module__", None) == self.module or self._launched_from_module()
+        self._counting = launched_by(self.module, kernel, sys._getframe(1))
         if self._counting:
             self.kernels.append(kernel.fn.__name__)
             self.global_bytes.append(0)
             self.shared_bytes.append(0)
-
-    def _launched_from_module(self):
-        frame = sys._getframe(2)
-        while frame is not None:
-            if frame.f_globals.get("__name__") == self.module:
-                return True
-            frame = frame.f_back
-        return False
 
     def launch_ended(self, number, kernel, failed=False):
         self._counting = False
