@@ -66,3 +66,39 @@ def test_without_a_repository_the_handout_is_unchanged(tmp_path):
 def test_a_repository_that_is_not_on_github_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="not a GitHub repository"):
         handout.write(tmp_path / "h", force=True, repository="https://example.org/workbook.git")
+
+
+def test_the_book_workflow_publishes_the_hosted_handout_it_links_to(tmp_path):
+    """The Pages workflow's own step, run against a bare repository standing in for GitHub: branch
+    "hosted" gets the handout whose notebooks install the workbook, and the book's badges open it."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    workflow = yaml.safe_load((root / ".github/workflows/book.yml").read_text())
+    steps = workflow["jobs"]["build"]["steps"]
+    publish = next(step for step in steps if "hosted" in step.get("name", ""))
+    book = next(step["run"] for step in steps if "workbook book" in step.get("run", ""))
+    assert '--repository "${{ github.server_url }}/${{ github.repository }}" --branch hosted' in book
+    assert workflow["permissions"]["contents"] == "write"
+
+    remote = tmp_path / "github.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    env = {**os.environ, "REPOSITORY": URL, "PUSH_TO": str(remote), "GITHUB_SHA": "abc123"}
+    script = publish["run"].replace("build/hosted", str(tmp_path / "hosted"))
+    script = script.replace("--branch hosted", "--branch hosted --force")  # a fresh checkout there; maybe not here
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    files = subprocess.run(["git", "ls-tree", "-r", "--name-only", "hosted"], cwd=remote, check=True,
+                           capture_output=True, text=True).stdout.split()
+    assert not [f for f in files if f.startswith(".github/workflows/")]
+    assert not [f for f in files if f.endswith("solutions.py")]
+    for script in chapter_scripts().values():
+        relative = script.relative_to(script.parents[2]).with_suffix(".ipynb").as_posix()
+        assert relative in files
+        notebook = subprocess.run(["git", "show", f"hosted:{relative}"], cwd=remote, check=True,
+                                  capture_output=True, text=True).stdout
+        assert hosted.MARK in notebook and hosted.colab_url(URL, relative, "hosted") in notebook
