@@ -71,6 +71,9 @@ INSTRUCTIONS = {instruction.name: instruction for instruction in (
     Instruction("mma.sync.tf32", (8, 0), r"mma\.sync\.aligned\.m16n8k8\.\w+\.\w+\.f32\.tf32\.",
                 "tensor-core MMA m16n8k8, TF32 operands", ("tensor_cores.mma_tf32",)),
     Instruction("cvt.tf32", (8, 0), r"cvt\.rna\.tf32\.f32\b", "float32 rounded to TF32", ("tensor_cores.to_tf32",)),
+    # pack_f16x2 emits it for float32 values only (float16 ones are packed as they are): no intrinsic
+    # is refused for it, and every kernel that packs float32 for an mma needs 8.0 for the mma anyway
+    Instruction("cvt.f16x2", (8, 0), r"cvt\.rn\.f16x2\.f32\b", "two float32 rounded to FP16 in one register", ()),
     Instruction("cp.async", (8, 0), r"cp\.async\.(?!bulk)", "copies global -> shared memory without registers",
                 ("tensor_cores.cp_async16", "tensor_cores.cp_async_commit", "tensor_cores.cp_async_wait")),
     Instruction("red.v4.f32", (9, 0), r"red\.global\.add\.v4\.f32\b", "four float32 added atomically at once",

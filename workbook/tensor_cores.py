@@ -12,7 +12,8 @@ llvmlite). What a kernel gets:
     to_tf32(x) -> float32      cvt.rna.tf32.f32: x rounded to TF32 (10 mantissa bits, nearest, ties
                                away from zero), kept in a float32; given a uint32 (a float32's bits,
                                as ldmatrix hands them out), the rounded bits
-    pack_f16x2(lo, hi) -> uint32   two float16 in one register: lo in bits 0-15, as mma wants them
+    pack_f16x2(lo, hi) -> uint32   two float16 in one register: lo in bits 0-15, as mma wants them;
+                               float32 values are rounded (to nearest) by one cvt.rn.f16x2.f32 (8.0+)
     ldmatrix_x1/_x2/_x4(s, i) -> 1/2/4 uint32      ldmatrix.sync.aligned.m8n8.xN.shared.b16: the warp
     ldmatrix_x1/_x2/_x4_trans(s, i)                reads 1, 2 or 4 8x8 matrices of 16-bit elements
                                from shared memory; lane L gives the address of row L % 8 of matrix
@@ -261,7 +262,14 @@ if MODE != "sim":  # a GPU, or the compile worker: the real instructions
         if not (isinstance(lo, types.Number) and isinstance(hi, types.Number)):
             return None
 
+        halves_given = all(t == types.float16 for t in (lo, hi))
+
         def codegen(context, builder, signature, args):
+            if not halves_given:  # two float32 rounded to FP16 and packed by one instruction (8.0+)
+                cvt = ir.InlineAsm(ir.FunctionType(_i32, [_f32, _f32]), "cvt.rn.f16x2.f32 $0, $1, $2;", "=r,f,f")
+                hi_value, lo_value = (context.cast(builder, v, t, types.float32)
+                                      for v, t in zip(args[::-1], signature.args[::-1]))
+                return builder.call(cvt, [hi_value, lo_value])
             halves = [builder.zext(builder.bitcast(context.cast(builder, v, t, types.float16), ir.IntType(16)), _i32)
                       for v, t in zip(args, signature.args)]
             return builder.or_(halves[0], builder.shl(halves[1], ir.Constant(_i32, 16)))
