@@ -156,7 +156,6 @@ if not workbook.ON_GPU:
     print({variant: f"loads {t['ld']:,} B, stores {t['st']:,} B" for variant, t in traffic.items()},
           f"| O itself is {output_bytes:,} B")
     assert traffic["fused"]["st"] == output_bytes  # nothing but O is stored
-chapter.record("global bytes, 2 heads x 130 x 64 (simulator trace)", traffic)
 print("bytes a call must move at N = 4096, d = 128, a head:",
       {variant: f"{k.bytes_moved(1, 4096, 128, variant) / 2**20:.0f} MiB" for variant in ("naive", "fused")})
 
