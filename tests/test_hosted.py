@@ -78,6 +78,8 @@ def test_the_book_workflow_publishes_the_hosted_handout_it_links_to(tmp_path):
     import yaml
 
     root = Path(__file__).resolve().parents[1]
+    if not (root / ".github/workflows/book.yml").exists():
+        pytest.skip("no Pages workflow here (a handout): the workbook's own repository publishes the book")
     workflow = yaml.safe_load((root / ".github/workflows/book.yml").read_text())
     steps = workflow["jobs"]["build"]["steps"]
     publish = next(step for step in steps if "hosted" in step.get("name", ""))
