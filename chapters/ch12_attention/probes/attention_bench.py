@@ -4,8 +4,8 @@
 
 For each causal flag and each N in 4096 (64 heads) and 16384 (16 heads): TFLOP/s (4·heads·N²·d,
 half under the causal mask) of the fused kernel with `keys` keys a tile (64 and 32 by default),
-of torch SDPA's default backend and of its FlashAttention-2 backend; CUDA events, 10 repeats after
-a warm-up, median and range; the kernel's registers and local (spilled) bytes a thread. What
+of torch SDPA's default backend and of its FlashAttention-2 backend; CUDA events, 10 interleaved
+repeats after a warm-up (bench.time_interleaved), median and range; the kernel's registers and local (spilled) bytes a thread. What
 EXPERIMENTS.md records came from this script.
 """
 
@@ -16,23 +16,10 @@ import numpy as np
 
 import workbook  # noqa: F401  (first: the GPU or the simulator)
 from numba import cuda, typeof
+from workbook.bench import time_interleaved
 
 from chapters.ch12_attention import fused
 from workbook.launch import allow_shared_memory
-
-
-def timed(function, repeats=10):
-    function()
-    cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = cuda.event(), cuda.event()
-        start.record()
-        function()
-        end.record()
-        end.synchronize()
-        times.append(cuda.event_elapsed_time(start, end))
-    return np.array(times)
 
 
 def main(d=128, keys=(64, 32)):
@@ -46,9 +33,13 @@ def main(d=128, keys=(64, 32)):
             q, k, v = (torch.randn(1, heads, n, d, device="cuda", dtype=torch.float16, generator=generator)
                        for _ in range(3))
             flops = 4 * heads * n * n * d / (2 if causal else 1)
-            rows = {"torch SDPA default": timed(lambda: sdpa(q, k, v, is_causal=causal))}
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                rows["torch SDPA FlashAttention-2"] = timed(lambda: sdpa(q, k, v, is_causal=causal))
+
+            def flash():
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    return sdpa(q, k, v, is_causal=causal)
+
+            runs = {"torch SDPA default": lambda: sdpa(q, k, v, is_causal=causal),
+                    "torch SDPA FlashAttention-2": flash}
             arrays = [cuda.as_cuda_array(x[0]) for x in (q, k, v, torch.empty_like(q))]
             scale = np.float32(math.log2(math.e) / math.sqrt(d))
             for tile in keys:
@@ -58,9 +49,11 @@ def main(d=128, keys=(64, 32)):
                 launch = kernel[(-(-n // fused.BM), heads), fused.THREADS, 0, fused.shared_bytes(d, tile)]
                 name = f"fused, {tile} keys a tile ({compiled.regs_per_thread} registers, " \
                        f"{compiled.local_mem_per_thread} B local)"
-                rows[name] = timed(lambda: launch(*arrays, scale))
+                runs[name] = lambda launch=launch: launch(*arrays, scale)
+            for run in runs.values():  # a warm-up each
+                run()
             print(f"d={d} causal={causal} {heads} heads x {n}")
-            for name, ms in rows.items():
+            for name, ms in time_interleaved(runs, repeats=10).items():
                 rates = flops / ms / 1e9
                 print(f"  {name:58s} {np.median(rates):6.1f} TFLOP/s ({rates.min():.1f}-{rates.max():.1f})")
 
