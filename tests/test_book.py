@@ -29,7 +29,8 @@ def test_every_chapter_page_has_the_stored_gpu_outputs(sources):
         stored = book._stored(notebook_id, results.REFERENCE_DEVICE)
         text = "".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
         assert "running on: simulator" not in text
-        assert "bar:" in text or notebook_id in ("ch07",), notebook_id  # its bars, as the GPU judged them
+        # its bars, as the GPU judged them (ch12a's kernels are held to part b's bars, beside wgmma's)
+        assert "bar:" in text or notebook_id in ("ch07", "ch12a"), notebook_id
         assert stored["stamp"]["device"] in notebook.cells[1].source or stored["stamp"]["device"] in notebook.cells[0].source
         figures = {name for row in stored["cells"] for name in row.get("figures", [])}
         shown = sum("image/png" in o.get("data", {}) for c in notebook.cells if c.cell_type == "code" for o in c.outputs)

@@ -366,6 +366,10 @@ def test_the_128_byte_swizzle_and_its_descriptor():
         assert units == [u ^ (row % 8) for u in range(8)]
     fields = decode_descriptor(shared_descriptor(0x4A40))
     assert fields == {"start": 0x4A40, "leading": 16, "stride": 1024, "base_offset": 0, "layout": 1}
+    from workbook.tensor_cores import n_major_descriptor  # V's panels of 64 columns, 16 KB apart
+
+    fields = decode_descriptor(n_major_descriptor(0x8800, 16384))
+    assert fields == {"start": 0x8800, "leading": 16384, "stride": 1024, "base_offset": 0, "layout": 1}
 
 
 def test_wgmma_accumulators_are_mma_c_tiles_side_by_side():

@@ -82,7 +82,7 @@ INSTRUCTIONS = {instruction.name: instruction for instruction in (
                 "shared-memory writes made visible to the tensor cores' reads", ("tensor_cores.fence_proxy_async",)),
     Instruction("wgmma", (9, 0), r"wgmma\.", "Hopper's warpgroup MMA from shared memory; Blackwell's tensor "
                 "cores take other instructions", tuple(f"tensor_cores.wgmma_{name}" for name in (
-                    "f16", "tf32", "fence", "commit", "wait")), only=(9, 0)),
+                    "f16", "f16_from_registers", "tf32", "fence", "commit", "wait")), only=(9, 0)),
 )}
 
 # What chapter 09's mma.sync kernels (and those built on them in chapters 08, 10 and 11) use.

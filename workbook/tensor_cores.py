@@ -40,6 +40,13 @@ see wgmma_compile), the warpgroup MMA reads A and B straight from shared memory:
                                threads) together; A and B^T K-major in shared memory, described by
                                da and db (shared_descriptor). Asynchronous: acc is written, and the
                                tiles may be read, until the wgmma_wait that covers it
+    wgmma_f16_from_registers(acc, a, db)    the same product with A from registers and B N-major:
+                               a is the warp's 16 rows of A (16 deep) as mma_f16's A fragment (4
+                               uint32; warp w of the warpgroup gives rows 16w..16w+15), so an
+                               accumulator tile turned to FP16 is the next product's A (attention's
+                               P); B (16 x 128) is 16 rows of K in shared memory, each 64 halves of N
+                               wide, panels of 64 columns `panel_stride` apart (n_major_descriptor):
+                               a row-major tile such as V's, as it is
     wgmma_fence()              wgmma.fence: before a warpgroup's first wgmma on registers that other
                                instructions wrote (each step, as CUTLASS does)
     wgmma_commit()             wgmma.commit_group: close the group of wgmma issued since the last
@@ -87,8 +94,8 @@ from numba import cuda as _cuda
 
 from . import MODE
 from .tensor_layouts import (MMA_SHAPES, SWIZZLE_ATOM, SWIZZLE_ROW, TF32_MASK, WGMMA_ACCUMULATORS,  # noqa: F401
-                             WGMMA_SHAPES, decode_descriptor, fragment_coordinates, round_tf32, shared_descriptor,
-                             swizzle128, truncate_tf32, wgmma_coordinates)
+                             WGMMA_SHAPES, decode_descriptor, fragment_coordinates, n_major_descriptor, round_tf32,
+                             shared_descriptor, swizzle128, truncate_tf32, wgmma_coordinates)
 
 ROW_BYTES = 16  # one ldmatrix row, one cp.async
 
@@ -390,6 +397,32 @@ if MODE != "sim":  # a GPU, or the compile worker: the real instructions
 
     wgmma_f16, wgmma_tf32 = intrinsic(_make_wgmma("f16")), intrinsic(_make_wgmma("tf32"))
 
+    @intrinsic
+    def wgmma_f16_from_registers(typingctx, acc, a, desc_b):
+        if not (isinstance(acc, types.Array) and acc.dtype == types.float32 and acc.ndim == 1
+                and _tuple_of(a, 4, types.Integer) and isinstance(desc_b, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            acc_type, a_type, db_type = signature.args
+            data = context.make_array(acc_type)(context, builder, args[0]).data
+            n = WGMMA_ACCUMULATORS
+            slots = [builder.gep(data, [ir.Constant(ir.IntType(64), i)]) for i in range(n)]
+            values = [builder.load(slot) for slot in slots]
+            registers = [_bits(context, builder, builder.extract_value(args[1], k), a_type[k]) for k in range(4)]
+            outs = ",".join(f"${i}" for i in range(n))
+            text = (f"wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {{{outs}}}, {{${n},${n + 1},${n + 2},"
+                    f"${n + 3}}}, ${n + 4}, 1, 1, 1, 1;")  # scale-d, scale-a, scale-b 1; B transposed (N-major)
+            constraints = ",".join(["=f"] * n + ["r"] * 4 + ["l"] + [str(i) for i in range(n)]) + ",~{memory}"
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_f32] * n), [_i32] * 4 + [ir.IntType(64)] + [_f32] * n),
+                               text, constraints, side_effect=True)
+            out = builder.call(asm, registers + [context.cast(builder, args[2], db_type, types.uint64)] + values)
+            for i in range(n):
+                builder.store(builder.extract_value(out, i), slots[i])
+            return context.get_dummy_value()
+
+        return types.none(acc, a, desc_b), codegen
+
     def _make_fixed(text):
         def fixed(typingctx):
             def codegen(context, builder, signature, args):
@@ -420,7 +453,8 @@ else:  # the simulator
     from .simulator.tensor_ops import (cp_async16, cp_async_commit, cp_async_wait, fence_proxy_async,  # noqa: F401
                                        ldmatrix_x1, ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4,
                                        ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_f16x2, shared_address,
-                                       to_tf32, wgmma_commit, wgmma_f16, wgmma_fence, wgmma_tf32, wgmma_wait)
+                                       to_tf32, wgmma_commit, wgmma_f16, wgmma_f16_from_registers, wgmma_fence,
+                                       wgmma_tf32, wgmma_wait)
     from . import capability
 
     capability.guard(globals(), "tensor_cores")  # (answering as an older GPU: what it lacks raises)

@@ -65,6 +65,15 @@ def shared_descriptor(address, stride=SWIZZLE_ATOM):
     return ((address >> 4) & 0x3FFF) | (1 << 16) | ((stride >> 4) << 32) | (1 << 62)
 
 
+def n_major_descriptor(address, panel_stride):
+    """wgmma's descriptor of an N-major B (its rows are K, each 64 halves of N in the 128-byte
+    swizzle, as a K-major tile's are): start >> 4; leading offset = `panel_stride`, the bytes from
+    one 64-wide panel of N to the next; stride 1024, from 8 rows of K to the next 8; layout type 1.
+    The instruction reads it with imm-trans-b = 1 (CUTLASS's canonical "MN-major SW128" layout)."""
+    address = int(address)
+    return ((address >> 4) & 0x3FFF) | ((panel_stride >> 4) << 16) | ((SWIZZLE_ATOM >> 4) << 32) | (1 << 62)
+
+
 def decode_descriptor(descriptor):
     """A descriptor's fields, in bytes where they are addresses or offsets."""
     descriptor = int(descriptor)

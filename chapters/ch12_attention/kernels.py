@@ -11,8 +11,10 @@ modules, in reading order:
     naive.py        three kernels: S to global memory, a row softmax to P, then P V
     fused.py        one kernel (FlashAttention-2's structure): K and V tiles streamed through two
                     stages, S in registers, the online softmax
+    hopper.py       the same loop on Hopper's wgmma (sm_90a, head dimension 128): Q, K and V read
+                    by the tensor cores from shared memory, P handed over in registers
 
-attention(q, k, v, o, causal=..., variant="fused" or "naive") checks the arguments and launches.
+attention(q, k, v, o, causal=..., variant="fused", "naive" or "wgmma") checks the arguments and launches.
 """
 
 import math
@@ -24,13 +26,14 @@ from workbook import ON_GPU, capability
 from workbook.inputs import require
 from workbook.launch import LaunchCache, allow_shared_memory
 from workbook.memory import aligned
+from workbook.tensor_cores import wgmma_compile
 
-from . import fused, naive
+from . import fused, hopper, naive
 from .reference import attention_reference, operands, tolerance
 from .tiles import THREADS
 
 __all__ = ["attention", "attention_reference", "operands", "tolerance", "bytes_moved", "flops", "HEAD_DIMS",
-           "fused", "naive"]
+           "fused", "hopper", "naive"]
 
 HEAD_DIMS = (64, 128)
 LOG2_E = math.log2(math.e)
@@ -45,6 +48,17 @@ def _gpu_has_tensor_cores():
 @lru_cache(maxsize=None)
 def forward_kernel(d, causal):
     return fused.make_forward(d, causal)
+
+
+@lru_cache(maxsize=None)
+def wgmma_kernel(causal):
+    return hopper.make_forward(causal)
+
+
+@lru_cache(maxsize=None)
+def _gpu_has_wgmma():
+    capability.require("wgmma", what="the wgmma attention kernel (take variant='fused')")
+    return True
 
 
 @lru_cache(maxsize=None)
@@ -68,6 +82,22 @@ def _fused_plan(q, k, v, o, scale_log2, d, causal):
             _opted_in.add((kernel, types))
     heads, n = q.shape[:2]
     return kernel, (-(-n // fused.BM), heads), THREADS
+
+
+def _wgmma_plan(q, k, v, o, scale_log2, causal):
+    """The wgmma kernel's launch: on a GPU, compiled for sm_90a and allowed its shared memory on its
+    first use with these argument types."""
+    kernel = wgmma_kernel(causal)
+    if ON_GPU:
+        _gpu_has_wgmma()
+        from numba import typeof
+
+        types = tuple(typeof(a) for a in (q, k, v, o, scale_log2))
+        if (kernel, types) not in _opted_in:
+            wgmma_compile(kernel, types, hopper.shared_bytes())
+            _opted_in.add((kernel, types))
+    heads, n = q.shape[:2]
+    return kernel, (-(-n // hopper.BM), heads), hopper.THREADS
 
 
 _scratch_buffers = {}
@@ -98,14 +128,21 @@ def attention(q, k, v, o, *, causal=False, variant="fused", stream=0):
         if not aligned(array, 16):
             raise ValueError(f"{name}'s first element is not 16-byte aligned (a view at an odd offset?): cp.async "
                              "needs it; copy it to a fresh array")
-    if variant not in ("fused", "naive"):
-        raise ValueError(f"variant must be 'fused' or 'naive', not {variant!r}")
+    if variant not in ("fused", "naive", "wgmma"):
+        raise ValueError(f"variant must be 'fused', 'naive' or 'wgmma', not {variant!r}")
+    if variant == "wgmma" and d != hopper.D:
+        raise ValueError(f"variant='wgmma' takes head dimension {hopper.D} only, not {d}: take variant='fused'")
     if ON_GPU:
         _gpu_has_tensor_cores()
     if variant == "fused":
         scale_log2 = np.float32(LOG2_E / math.sqrt(d))
         _launches.launch_planned(_fused_plan, (q, k, v, o, scale_log2), (d, causal), stream=stream,
                                  shared=fused.shared_bytes(d))
+        return o
+    if variant == "wgmma":
+        scale_log2 = np.float32(LOG2_E / math.sqrt(d))
+        _launches.launch_planned(_wgmma_plan, (q, k, v, o, scale_log2), (causal,), stream=stream,
+                                 shared=hopper.shared_bytes())
         return o
     scores, values = naive_kernels(d, causal)
     s = _scratch((heads, n, naive.padded(n)), np.float32)
@@ -127,6 +164,6 @@ def bytes_moved(heads, n, d, variant):
     """Bytes one call must move at the least: Q, K, V read and O written (2 bytes each); the naive
     kernels also write S (4 bytes a score) and read it back, write P (2 bytes) and read it back."""
     qkvo = 4 * heads * n * d * 2
-    if variant == "fused":
+    if variant in ("fused", "wgmma"):
         return qkvo
     return qkvo + heads * n * naive.padded(n) * (4 + 4 + 2 + 2)

@@ -4,6 +4,8 @@
                                                       the float64 reference, then timed
     mma_ceiling()                                     mma.sync FP16's TFLOP/s on this GPU, measured
                                                       now (chapter 09's ceiling kernel)
+    wgmma_ceiling()                                   wgmma's (m64n128k16 FP16) on an H100/H200: the
+                                                      instruction issued from shared tiles, nothing else
 
 torch's baselines: `scaled_dot_product_attention` with the backend it picks (cuDNN's on an H100 or
 H200), with its FlashAttention-2 backend forced, and its own unfused matmul, softmax, matmul.
@@ -12,13 +14,17 @@ H200), with its FlashAttention-2 backend forced, and its own unfused matmul, sof
 import math
 
 import numpy as np
+from numba import float32
 
 import workbook
-from workbook import bench, cuda
+from workbook import bench, capability, cuda
 from workbook.check import to_host
+from workbook.tensor_cores import (SWIZZLE_ATOM, WGMMA_ACCUMULATORS, fence_proxy_async, shared_address, wgmma_commit,
+                                   wgmma_compile, wgmma_f16, wgmma_fence, wgmma_wait)
 
 from chapters.ch09_tensor_cores import ceiling
 
+from . import hopper
 from . import kernels as k
 
 CHECKED_HEADS = 2  # the float64 reference of every head of a GPU-sized case would take the host minutes
@@ -88,3 +94,59 @@ def mma_ceiling():
     run()
     times = bench.time_interleaved({"ceiling": run}, repeats=7)["ceiling"]
     return ceiling.flops("f16", blocks, threads, loops) / float(np.median(times)) / 1e9
+
+
+CEILING_A = 64 * 64  # halves: a warpgroup's 64 rows of A, 64 deep (one 128-byte row each)
+CEILING_B = 128 * 64  # 128 rows of B^T
+
+
+def ceiling_bytes():
+    return (CEILING_A + CEILING_B) * 2 + SWIZZLE_ATOM
+
+
+@cuda.jit
+def wgmma_ceiling_kernel(sink, loops):
+    """Two warpgroups issuing wgmma after wgmma, 8 a commit group, on the same zeroed shared tiles:
+    no loads, no softmax, the instruction's own rate."""
+    smem = cuda.shared.array(0, np.float16)
+    pad = hopper.aligned(smem)
+    tid = cuda.threadIdx.x
+    for i in range(tid, CEILING_A + CEILING_B, cuda.blockDim.x):
+        smem[pad + i] = 0
+    fence_proxy_async()
+    cuda.syncthreads()
+    acc = cuda.local.array(WGMMA_ACCUMULATORS, float32)
+    for i in range(WGMMA_ACCUMULATORS):
+        acc[i] = 0
+    a_at = shared_address(smem, pad)
+    b_at = a_at + CEILING_A * 2
+    for _ in range(loops):
+        wgmma_fence()
+        for kk in range(8):
+            wgmma_f16(acc, hopper.describe(a_at + 32 * (kk % 4), SWIZZLE_ATOM),
+                      hopper.describe(b_at + 32 * (kk % 4), SWIZZLE_ATOM))
+        wgmma_commit()
+        wgmma_wait(0)
+    total = float32(0)
+    for i in range(WGMMA_ACCUMULATORS):
+        total += acc[i]
+    sink[cuda.blockIdx.x * cuda.blockDim.x + tid] = total
+
+
+def wgmma_ceiling():
+    """wgmma FP16's TFLOP/s on this GPU, measured now (None in the simulator, or without wgmma)."""
+    if not workbook.ON_GPU or not capability.supports("wgmma"):
+        return None
+    from numba import typeof
+
+    blocks, threads, loops = cuda.get_current_device().MULTIPROCESSOR_COUNT * 4, 256, 2048
+    sink = cuda.device_array(blocks * threads, np.float32)
+    wgmma_compile(wgmma_ceiling_kernel, (typeof(sink), typeof(loops)), ceiling_bytes())
+
+    def run():
+        wgmma_ceiling_kernel[blocks, threads, 0, ceiling_bytes()](sink, loops)
+
+    run()
+    times = bench.time_interleaved({"ceiling": run}, repeats=7)["ceiling"]
+    flops = blocks * (threads // 128) * loops * 8 * 2 * 64 * 128 * 16
+    return flops / float(np.median(times)) / 1e9

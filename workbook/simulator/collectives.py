@@ -183,6 +183,23 @@ def _resolve_mma(call, block):
     return {lane: tuple(out[lane]) for lane in range(WARP_SIZE)}
 
 
+def _resolve_fragment_rows(call, block):
+    """wgmma with A from registers: each lane gave mma_f16's A fragment of the warp's 16 x 16 block of
+    A; lane L gets rows L // 4 and L // 4 + 8 of it (float64, 2 x 16): the rows its accumulators use."""
+    wrong = _whole_warp(call)
+    if wrong is not None:
+        return wrong
+    if "f16" not in _FRAGMENTS:
+        _FRAGMENTS["f16"] = _fragment_index("f16")
+    a_at = _FRAGMENTS["f16"][0]
+    regs = np.array([call.calls[lane][2] for lane in range(WARP_SIZE)], np.uint32)
+    a = np.zeros(16 * 16, np.float16)
+    a[a_at] = (regs & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16)
+    a[a_at + 1] = (regs >> np.uint32(16)).astype(np.uint16).view(np.float16)
+    a = a.reshape(16, 16).astype(np.float64)
+    return {lane: a[[lane // 4, lane // 4 + 8]] for lane in range(WARP_SIZE)}
+
+
 def _resolve_ldmatrix(call, block):
     """Lane 8i + r gave row r of matrix i; lane L gets, of each matrix, row L // 4's elements 2(L % 4)
     and 2(L % 4) + 1 in one register (the low half first), or with .trans column L // 4's."""
@@ -206,4 +223,4 @@ def _resolve_ldmatrix(call, block):
 
 
 RESOLVERS = {"vote": _resolve_vote, "shfl": _resolve_shuffle, "match": _resolve_match, "syncwarp": _resolve_syncwarp,
-             "mma": _resolve_mma, "ldmatrix": _resolve_ldmatrix}
+             "mma": _resolve_mma, "ldmatrix": _resolve_ldmatrix, "fragment_rows": _resolve_fragment_rows}

@@ -249,6 +249,20 @@ def _operand(me, op, descriptor, rows, kind):
     return bits.view(np.float32).astype(np.float64)
 
 
+def _n_major_operand(me, op, descriptor, cols):
+    """Columns `cols` of an N-major B (16 rows of K, panels of 64 columns: n_major_descriptor), as
+    float64 (len(cols), 16)."""
+    fields = decode_descriptor(descriptor)
+    if fields["layout"] != 1 or fields["base_offset"] or fields["stride"] != 1024:
+        raise ValueError(f"{op}: the simulator models B N-major in the 128-byte swizzle with 8 rows of K 1024 bytes "
+                         f"apart (n_major_descriptor); this descriptor has {fields}")
+    cols, k = np.asarray(cols)[:, None], np.arange(16)[None, :]
+    logical = fields["start"] + (cols // 64) * fields["leading"] + (k // 8) * 1024 + (k % 8) * 128 + (cols % 64) * 2
+    physical = swizzle128(logical)
+    low, high = _resolve(me, op, physical), _resolve(me, op, physical + 1)
+    return (low.astype(np.uint16) | high.astype(np.uint16) << np.uint16(8)).view(np.float16).astype(np.float64)
+
+
 class _Wgmma:
     def __init__(self):
         self.open = []
@@ -282,6 +296,22 @@ def _make_wgmma(kind):
 wgmma_f16, wgmma_tf32 = _make_wgmma("f16"), _make_wgmma("tf32")
 
 
+def wgmma_f16_from_registers(acc, a, desc_b):
+    """A's rows gathered from the warp's fragments now (a warp collective: every lane must issue it);
+    B read at the wait, as wgmma_f16's tiles are."""
+    op = "wgmma_f16_from_registers"
+    host = _host_of(acc)
+    if host.dtype != np.float32 or host.shape != (64,):
+        raise TypeError(f"{op}: the accumulators are a local float32 array of 64, not {host.dtype} {host.shape}")
+    a = _fragment(op, a, 4, False)
+    me = current()
+    threads = int(np.prod(me.block.block_dim))
+    if threads % 128:
+        raise ValueError(f"{op}: a warpgroup is 128 threads (4 whole warps); this block has {threads}")
+    rows = me.block.warp_collective(me, "fragment_rows", op, FULL_MASK, a)
+    _wgmma_state(me).open.append((op, "f16", host, rows, int(as_read(desc_b))))
+
+
 def wgmma_fence():
     """No reordering to prevent here: every instruction runs in program order."""
 
@@ -312,8 +342,11 @@ def wgmma_wait(n):
     cols = (8 * np.arange(16)[:, None] + 2 * t + np.arange(2)[None, :]).reshape(-1)  # j-major, then q % 2
     for group in running:
         for op, kind, acc, desc_a, desc_b in group:
-            a = _operand(me, op, desc_a, rows, kind)  # (2, depth)
-            b = _operand(me, op, desc_b, cols, kind)  # (32, depth)
+            if isinstance(desc_a, np.ndarray):  # A from registers, B N-major
+                a, b = desc_a, _n_major_operand(me, op, desc_b, cols)
+            else:
+                a = _operand(me, op, desc_a, rows, kind)  # (2, depth)
+                b = _operand(me, op, desc_b, cols, kind)  # (32, depth)
             d = (a @ b.T).reshape(2, 16, 2)  # [half][j][q % 2]
             sums = acc.astype(np.float64).reshape(16, 2, 2) + d.transpose(1, 0, 2)  # acc[4j + 2 half + q]
             acc[:] = sums.reshape(-1).astype(np.float32)
@@ -321,7 +354,8 @@ def wgmma_wait(n):
 
 for _function in (mma_tf32, mma_f16, mma_bf16, to_tf32, pack_f16x2, ldmatrix_x1, ldmatrix_x2, ldmatrix_x4,
                   ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans, cp_async16, cp_async_commit,
-                  cp_async_wait, shared_address, wgmma_f16, wgmma_tf32, wgmma_fence, fence_proxy_async,
+                  cp_async_wait, shared_address, wgmma_f16, wgmma_f16_from_registers, wgmma_tf32, wgmma_fence,
+                  fence_proxy_async,
                   wgmma_commit, wgmma_wait):
     _function.__module__ = "workbook.tensor_cores"  # pickled by name: the compile worker gets the GPU twin
     _function.__qualname__ = _function.__name__ = next(name for name, value in globals().items()
