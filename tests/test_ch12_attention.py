@@ -85,6 +85,34 @@ def test_a_row_whose_every_score_is_minus_inf_is_zero(causal, variant):
     assert (got[0, 70] == 0).all() and np.isfinite(np.delete(got[0], 70, axis=0)).all()
 
 
+# (heads, N, d): both head dimensions among the edges of CASES
+BF16_CASES = [(1, 1, 64), (2, 31, 128), (1, 65, 64), workbook.size(gpu=(3, 1031, 128), sim=(1, 129, 128))]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", BF16_CASES, ids=str)
+def test_fused_bf16_against_the_reference(case, causal):
+    """BF16's bits in uint16 arrays: the same kernel on mma_bf16, held to BF16's rounding."""
+    q, kk, v = k.operands(np.random.default_rng(sum(case)), *case, "bf16")
+    o = cuda.to_device(np.full(q.shape, 7, np.uint16))
+    k.attention(cuda.to_device(q), cuda.to_device(kk), cuda.to_device(v), o, causal=causal, precision="bf16")
+    assert_close(k.values(o.copy_to_host()), k.attention_reference(q, kk, v, causal), rtol=0,
+                 atol=float(k.tolerance(v, case[2], case[1], "bf16").max()), name=f"bf16 {case} causal={causal}")
+
+
+def test_bf16_keeps_a_nan_in_its_row_and_an_empty_row_zero():
+    q, kk, v = k.operands(np.random.default_rng(11), 1, 90, 64, "bf16")
+    q[0, 40, 9] = 0x7FC0  # NaN
+    q[0, 70, 0] = 0xFF80  # -inf
+    kk[0, :, 0] &= 0x7FFF  # every key positive or zero there: query 70's scores are -inf, or NaN where 0
+    kk[0, :, 0] |= 0x0080  # ... and no zero: the smallest normal BF16 at the least
+    o = cuda.device_array(q.shape, np.uint16)
+    k.attention(*(cuda.to_device(x) for x in (q, kk, v)), o, precision="bf16")
+    got = k.values(o.copy_to_host())
+    assert np.isnan(got[0, 40]).all() and np.isnan(got).sum() == 64
+    assert (got[0, 70] == 0).all()
+
+
 def test_bad_arguments_are_named():
     good = cuda.to_device(np.zeros((1, 8, 64), np.float16))
     with pytest.raises(ValueError, match="64 or 128, not 96"):
@@ -95,6 +123,13 @@ def test_bad_arguments_are_named():
         k.attention(good, good, cuda.to_device(np.zeros((1, 9, 64), np.float16)), good)
     with pytest.raises(ValueError, match="variant"):
         k.attention(good, good, good, good, variant="flash")
+    with pytest.raises(TypeError, match="q has dtype float16, expected"):
+        k.attention(good, good, good, good, precision="bf16")
+    bits = cuda.to_device(np.zeros((1, 8, 64), np.uint16))
+    with pytest.raises(ValueError, match="precision='bf16' runs on variant='fused'"):
+        k.attention(bits, bits, bits, bits, precision="bf16", variant="naive")
+    with pytest.raises(ValueError, match="precision must be 'f16' or 'bf16'"):
+        k.attention(good, good, good, good, precision="fp8")
 
 
 @pytest.mark.skipif(workbook.ON_GPU, reason="the memory trace is the simulator's")

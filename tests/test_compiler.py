@@ -261,6 +261,7 @@ PTX_SAMPLES = {
                      "{%r5,%r6}, {%f1,%f2,%f3,%f4};",
     "cvt.tf32": "cvt.rna.tf32.f32 %r1, %f1;",
     "cvt.f16x2": "cvt.rn.f16x2.f32 %r1, %f1, %f2;",
+    "cvt.bf16x2": "cvt.rn.bf16x2.f32 %r1, %f1, %f2;",
     "cp.async": "cp.async.cg.shared.global [%r0], [%rd1], 16, %r1; cp.async.commit_group; cp.async.wait_group 0;",
     "red.v4.f32": "red.global.add.v4.f32 [%rd1], {%f1,%f2,%f3,%f4};",
     "fence.proxy.async": "fence.proxy.async.shared::cta;",

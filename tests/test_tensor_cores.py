@@ -11,7 +11,7 @@ from workbook import cuda
 from workbook import tensor_cores as tc
 from workbook.tensor_cores import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x1, ldmatrix_x1_trans,
                                    ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16,
-                                   mma_f16, mma_tf32, pack_f16x2, to_tf32)
+                                   mma_f16, mma_tf32, pack_bf16x2, pack_f16x2, to_tf32)
 
 SIM = not workbook.ON_GPU
 only_sim = pytest.mark.skipif(not SIM, reason="what the simulator reports as an error is undefined on a GPU")
@@ -345,6 +345,27 @@ def test_pack_f16x2_puts_the_first_value_in_the_low_half():
     np.testing.assert_array_equal(got & 0xFFFF, lo.view(np.uint16))
     np.testing.assert_array_equal((got >> 16)[:3], hi.view(np.uint16)[:3])
     assert np.isnan(np.uint16(got[3] >> 16).view(np.float16))
+
+
+@cuda.jit
+def _pack_bf16(lo, hi, out):
+    i = cuda.threadIdx.x
+    out[i] = pack_bf16x2(lo[i], hi[i])
+
+
+def test_pack_bf16x2_rounds_to_nearest_even_as_to_bf16_does():
+    # 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even (1); 1 + 3·2^-8 rounds up to 1 + 2^-6
+    lo = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, -3.0e38, np.inf, 1e-40, np.nan], np.float32)
+    hi = np.array([-2.5, 65504, 1 + 2.0 ** -9, -np.inf, -0.0, 7], np.float32)
+    np.testing.assert_array_equal(tc.from_bf16(tc.to_bf16(lo[:2])), [1, 1 + 2.0 ** -6])
+    out = cuda.to_device(np.zeros(len(lo), np.uint32))
+    _pack_bf16[1, len(lo)](cuda.to_device(lo), cuda.to_device(hi), out)
+    got = out.copy_to_host()
+    np.testing.assert_array_equal((got & 0xFFFF)[:5], tc.to_bf16(lo)[:5])
+    np.testing.assert_array_equal(got >> 16, tc.to_bf16(hi))
+    assert np.isnan(tc.from_bf16(np.uint16(got[5] & 0xFFFF)))
+    x = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
+    assert np.abs(tc.from_bf16(tc.to_bf16(x)) - x).max() <= np.abs(x).max() * 2.0 ** -8
 
 
 def test_half_a_unit_then_truncation_is_rounding_for_finite_values():

@@ -74,6 +74,8 @@ INSTRUCTIONS = {instruction.name: instruction for instruction in (
     # pack_f16x2 emits it for float32 values only (float16 ones are packed as they are): no intrinsic
     # is refused for it, and every kernel that packs float32 for an mma needs 8.0 for the mma anyway
     Instruction("cvt.f16x2", (8, 0), r"cvt\.rn\.f16x2\.f32\b", "two float32 rounded to FP16 in one register", ()),
+    Instruction("cvt.bf16x2", (8, 0), r"cvt\.rn\.bf16x2\.f32\b", "two float32 rounded to BF16 in one register",
+                ("tensor_cores.pack_bf16x2",)),
     Instruction("cp.async", (8, 0), r"cp\.async\.(?!bulk)", "copies global -> shared memory without registers",
                 ("tensor_cores.cp_async16", "tensor_cores.cp_async_commit", "tensor_cores.cp_async_wait")),
     Instruction("red.v4.f32", (9, 0), r"red\.global\.add\.v4\.f32\b", "four float32 added atomically at once",

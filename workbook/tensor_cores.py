@@ -14,6 +14,10 @@ llvmlite). What a kernel gets:
                                as ldmatrix hands them out), the rounded bits
     pack_f16x2(lo, hi) -> uint32   two float16 in one register: lo in bits 0-15, as mma wants them;
                                float32 values are rounded (to nearest) by one cvt.rn.f16x2.f32 (8.0+)
+    pack_bf16x2(lo, hi) -> uint32  two float32 rounded to BF16 (to nearest, ties to even) and packed
+                               the same way, by one cvt.rn.bf16x2.f32 (8.0+): mma_bf16's operands.
+                               BF16 data lives in uint16 arrays of its bits (NumPy has no bfloat16):
+                               to_bf16 and from_bf16 convert on the host
     ldmatrix_x1/_x2/_x4(s, i) -> 1/2/4 uint32      ldmatrix.sync.aligned.m8n8.xN.shared.b16: the warp
     ldmatrix_x1/_x2/_x4_trans(s, i)                reads 1, 2 or 4 8x8 matrices of 16-bit elements
                                from shared memory; lane L gives the address of row L % 8 of matrix
@@ -94,8 +98,8 @@ from numba import cuda as _cuda
 
 from . import MODE
 from .tensor_layouts import (MMA_SHAPES, SWIZZLE_ATOM, SWIZZLE_ROW, TF32_MASK, WGMMA_ACCUMULATORS,  # noqa: F401
-                             WGMMA_SHAPES, decode_descriptor, fragment_coordinates, n_major_descriptor, round_tf32,
-                             shared_descriptor, swizzle128, truncate_tf32, wgmma_coordinates)
+                             WGMMA_SHAPES, decode_descriptor, fragment_coordinates, from_bf16, n_major_descriptor,
+                             round_tf32, shared_descriptor, swizzle128, to_bf16, truncate_tf32, wgmma_coordinates)
 
 ROW_BYTES = 16  # one ldmatrix row, one cp.async
 
@@ -283,6 +287,18 @@ if MODE != "sim":  # a GPU, or the compile worker: the real instructions
 
         return types.uint32(lo, hi), codegen
 
+    @intrinsic
+    def pack_bf16x2(typingctx, lo, hi):
+        if not (isinstance(lo, types.Number) and isinstance(hi, types.Number)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            cvt = ir.InlineAsm(ir.FunctionType(_i32, [_f32, _f32]), "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")
+            hi_value, lo_value = (context.cast(builder, v, t, types.float32) for v, t in zip(args[::-1], signature.args[::-1]))
+            return builder.call(cvt, [hi_value, lo_value])
+
+        return types.uint32(lo, hi), codegen
+
     def _address(context, builder, array_type, array, index, index_type, space):
         """&a[index] in state space `space` (1 global, 3 shared) as an integer: 32 bits for shared."""
         element = context.get_data_type(array_type.dtype)
@@ -452,7 +468,8 @@ if MODE != "sim":  # a GPU, or the compile worker: the real instructions
 else:  # the simulator
     from .simulator.tensor_ops import (cp_async16, cp_async_commit, cp_async_wait, fence_proxy_async,  # noqa: F401
                                        ldmatrix_x1, ldmatrix_x1_trans, ldmatrix_x2, ldmatrix_x2_trans, ldmatrix_x4,
-                                       ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_f16x2, shared_address,
+                                       ldmatrix_x4_trans, mma_bf16, mma_f16, mma_tf32, pack_bf16x2, pack_f16x2,
+                                       shared_address,
                                        to_tf32, wgmma_commit, wgmma_f16, wgmma_f16_from_registers, wgmma_fence,
                                        wgmma_tf32, wgmma_wait)
     from . import capability

@@ -1,5 +1,5 @@
 """What the tensor cores are, as numbers: the instructions' shapes, which lane holds which element
-of a fragment, TF32's rounding, the 128-byte swizzle and wgmma's matrix descriptors.
+of a fragment, TF32's and BF16's rounding, the 128-byte swizzle and wgmma's matrix descriptors.
 
 Pure NumPy and arithmetic, imported by both sides: the instructions (tensor_cores.py, which
 re-exports every name here) and the simulator's model of them (simulator/collectives.py,
@@ -24,6 +24,20 @@ def truncate_tf32(x):
     """What mma_tf32 makes of a float32 that was not rounded first: the low 13 bits dropped."""
     x = np.asarray(x, np.float32)
     return (x.view(np.uint32) & np.uint32(TF32_MASK)).view(np.float32)
+
+
+def to_bf16(x):
+    """float32 values as BF16's bits (uint16): cvt.rn.bf16x2.f32's rounding, to nearest, ties to
+    even; a NaN stays a NaN. NumPy has no bfloat16: the workbook keeps BF16 data as these bits."""
+    x = np.asarray(x, np.float32)
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), ((bits >> 16) | 0x40).astype(np.uint16), rounded)
+
+
+def from_bf16(bits):
+    """BF16's bits (uint16) as the float32 values they are."""
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def fragment_coordinates(kind):

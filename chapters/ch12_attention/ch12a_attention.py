@@ -22,7 +22,8 @@
 #   **online**, rescaling what it has summed whenever a row's maximum grows;
 # - how chapter 06's running maximum, chapter 09's mma.sync, ldmatrix and cp.async, and chapter
 #   04's tiles meet in one kernel, and what the causal mask lets it skip;
-# - how close that gets from numba to torch's attention (cuDNN's and FlashAttention-2's kernels).
+# - how close that gets from numba to torch's attention (cuDNN's and FlashAttention-2's kernels),
+#   in FP16 and in BF16.
 #
 # Part b (`ch12b_wgmma_attention.ipynb`) moves the same loop to Hopper's own instruction, wgmma.
 #
@@ -100,25 +101,30 @@ workbook.show(tiles.tile_ops)
 workbook.show(fused.make_forward)
 
 # %% [markdown]
-# ## Check: awkward lengths, both masks, NaN and -inf
+# ## Check: awkward lengths, both masks, NaN and -inf, BF16
 #
 # Lengths that are not a multiple of the tile (1, 33, 65), both head dimensions, causal or not.
+# BF16 has FP16's size and float32's range, with 8 significant bits instead of 11: the fused
+# kernel takes it as it is (NumPy has no bfloat16, so its bits travel in uint16 arrays), with
+# `mma_bf16` and P rounded to BF16, and is held to BF16's rounding.
 # A NaN in a query reaches its own row of O only; a query whose every score is -inf (a -inf in a
 # query against keys that are positive there) gives a row of zeros, not NaN. The tests run more
 # (`tests/test_ch12_attention.py`).
 
 # %%
-def check_case(heads, n, d, causal, variant, poison=None):
-    q, kk, v = k.operands(rng, heads, n, d)
+def check_case(heads, n, d, causal, variant, poison=None, precision="f16"):
+    q, kk, v = k.operands(rng, heads, n, d, np.float16 if precision == "f16" else "bf16")
     if poison == "nan":
         q[0, n // 2, 3] = np.nan
     if poison == "-inf":
         q[0, n // 2, 0], kk[0, :, 0] = -np.inf, np.abs(kk[0, :, 0]) + np.float16(0.5)
-    o = cuda.to_device(np.full(q.shape, 7, np.float16))
-    k.attention(cuda.to_device(q), cuda.to_device(kk), cuda.to_device(v), o, causal=causal, variant=variant)
+    o = cuda.to_device(np.full(q.shape, 7, q.dtype))
+    k.attention(cuda.to_device(q), cuda.to_device(kk), cuda.to_device(v), o, causal=causal, variant=variant,
+                precision=precision)
     reference = k.attention_reference(q, kk, v, causal)
-    workbook.assert_close(o.copy_to_host().astype(np.float64), reference, rtol=0,
-                          atol=float(k.tolerance(v, d, n).max()), name=f"{variant} {heads}x{n}x{d} causal={causal}")
+    workbook.assert_close(k.values(o.copy_to_host()), reference, rtol=0,
+                          atol=float(k.tolerance(v, d, n, precision).max()),
+                          name=f"{variant} {precision} {heads}x{n}x{d} causal={causal}")
     return reference
 
 
@@ -128,7 +134,8 @@ for variant in ("naive", "fused"):
         check_case(*case, variant)
     nan_row = check_case(1, 40, 64, True, variant, poison="nan")
     zero_row = check_case(1, 40, 64, False, variant, poison="-inf")
-print("naive and fused: correct at (heads, N, d, causal) =", CASES)
+check_case(*CASES[-1], "fused", precision="bf16")
+print("naive and fused: correct at (heads, N, d, causal) =", CASES, "| fused in BF16 too, at", CASES[-1])
 print("a NaN in query 20 reaches rows", np.unique(np.nonzero(np.isnan(nan_row[0]))[0]).tolist(),
       "| the -inf query's row:", zero_row[0, 20, :4], "...")
 try:
@@ -176,6 +183,8 @@ full = measuring.compare(chapter, heads, n, 128, causal=False)
 causal = measuring.compare(chapter, heads, n, 128, causal=True)
 long_heads, long_n = workbook.size(gpu=16, sim=1), workbook.size(gpu=16384, sim=40)
 long_full = measuring.compare(chapter, long_heads, long_n, 128, False, ("fused",), key="attention long d=128 full")
+bf16 = measuring.compare(chapter, workbook.size(gpu=heads, sim=1), workbook.size(gpu=n, sim=33), 128, False, ("fused",),
+                         key="attention d=128 full bf16", precision="bf16")
 long_causal = measuring.compare(chapter, long_heads, long_n, 128, True, ("fused",), key="attention long d=128 causal")
 small_d = measuring.compare(chapter, heads, n, 64, causal=False, variants=("fused",))
 
@@ -213,6 +222,9 @@ chapter.show_figures({
     "fused, causal (TFLOP/s)": ("{:.0f}", ("attention d=128 causal", "fused", "tflops")),
     "fused, 16x16384 (TFLOP/s)": ("{:.0f}", ("attention long d=128 full", "fused", "tflops")),
     "fused, d=64 (TFLOP/s)": ("{:.0f}", ("attention d=64 full", "fused", "tflops")),
+    "fused BF16 / torch SDPA BF16, 64x4096 (TFLOP/s)": (
+        "{:.0f} / {:.0f}", ("attention d=128 full bf16", "fused", "tflops"),
+        ("attention d=128 full bf16", "torch SDPA (its default backend)", "tflops")),
     "naive (TFLOP/s)": ("{:.0f}", ("attention d=128 full", "naive", "tflops")),
     "torch SDPA default / FA2 backend / unfused (TFLOP/s)": (
         "{:.0f} / {:.0f} / {:.0f}", ("attention d=128 full", "torch SDPA (its default backend)", "tflops"),
@@ -264,7 +276,7 @@ exercises.show("ch12.4")
 #    registers of S (S is dead once P is packed) and measure `regs_per_thread` and the time.
 # 2. Split each tile's copies into two groups, K then V, so that S = Q Kᵀ starts before V lands.
 # 3. Add a key-padding length per head (heads with fewer keys than N): which tiles can be skipped?
-# 4. BF16 inputs: `mma_bf16` and a BF16 pack. Which tolerance, and what changes in the softmax?
+# 4. BF16 in part b's wgmma kernel: wgmma takes `.bf16` operands too. What else changes?
 #
 # ## References
 # - T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning" (2023).

@@ -26,8 +26,9 @@ loaded, and its blocks run last queries first (they have the most tiles). A row 
 query reaches its row's output only (a NaN in V is multiplied by the masked keys' zero weights of
 its tile, and 0 x NaN is NaN).
 
-make_forward(d, causal) compiles one kernel per head dimension (64 or 128) and mask: every loop then
-has a constant trip count, unrolled, and the arrays below are registers.
+make_forward(d, causal, precision) compiles one kernel per head dimension (64 or 128), mask and
+input format ("f16", or "bf16": BF16's bits in uint16 arrays, mma_bf16, P and O rounded to BF16):
+every loop then has a constant trip count, unrolled, and the arrays below are registers.
 """
 
 import math
@@ -35,7 +36,7 @@ import math
 import numpy as np
 from numba import cuda, float32, uint32
 
-from workbook.tensor_cores import cp_async_commit, cp_async_wait, mma_f16, pack_f16x2
+from workbook.tensor_cores import cp_async_commit, cp_async_wait, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2
 
 from .tiles import ROWS, THREADS, tile_ops
 
@@ -52,7 +53,7 @@ def shared_bytes(d, keys=None):
     return (BM + 2 * 2 * (keys or KEYS[d])) * d * 2
 
 
-def make_forward(d, causal, keys=None):
+def make_forward(d, causal, keys=None, precision="f16"):
     BN = keys or KEYS[d]
     steps = (BN // 16) * (d // 64)  # of O += P V: 16 keys and 64 columns of O each
     assert MI == 2 and steps <= 8, "the kernel calls its per-row and per-step functions one by one, for MI = 2"
@@ -65,6 +66,20 @@ def make_forward(d, causal, keys=None):
     q_room = BM * d
     copy_q, row_fragments, _, _ = tile_ops(d)
     copy, _, key_fragments, value_fragments = tile_ops(d, BN)
+    # BF16: the same kernel on BF16's bits (uint16 arrays), mma_bf16, and P and O rounded to BF16
+    element = np.float16 if precision == "f16" else np.uint16
+    mma = mma_f16 if precision == "f16" else mma_bf16
+    pack = pack_f16x2 if precision == "f16" else pack_bf16x2
+
+    if precision == "f16":
+        @cuda.jit(device=True, forceinline=True)
+        def store_pair(o, head, row, col, lo, hi):
+            o[head, row, col], o[head, row, col + 1] = lo, hi
+    else:
+        @cuda.jit(device=True, forceinline=True)
+        def store_pair(o, head, row, col, lo, hi):
+            bits = pack_bf16x2(lo, hi)
+            o[head, row, col], o[head, row, col + 1] = bits & 0xFFFF, bits >> 16
 
     @cuda.jit(device=True, forceinline=True)
     def stage_of(j):
@@ -87,7 +102,7 @@ def make_forward(d, causal, keys=None):
                 for mi in range(MI):
                     a = a0 if mi == 0 else a1
                     x = 4 * (mi * key_tiles + jp + h)
-                    out = mma_f16(a, (b[2 * h], b[2 * h + 1]), (s[x], s[x + 1], s[x + 2], s[x + 3]))
+                    out = mma(a, (b[2 * h], b[2 * h + 1]), (s[x], s[x + 1], s[x + 2], s[x + 3]))
                     for r in range(4):
                         s[x + r] = out[r]
 
@@ -117,7 +132,7 @@ def make_forward(d, causal, keys=None):
             total += p0 + p1
             # tile jt's accumulator is half of an A fragment of keys 16(jt // 2)..: a0 (row g) and
             # a1 (row g + 8) of an even tile, a2 and a3 of an odd one
-            pa[mi * 2 * key_tiles + 2 * jt + half] = pack_f16x2(p0, p1)
+            pa[mi * 2 * key_tiles + 2 * jt + half] = pack(p0, p1)
         l_run[row] = total
 
     @cuda.jit(device=True, forceinline=True)
@@ -131,7 +146,7 @@ def make_forward(d, causal, keys=None):
                 for mi in range(MI):
                     p = mi * 2 * key_tiles + 4 * ks
                     x = 4 * (mi * out_tiles + c + h)
-                    out = mma_f16((pa[p], pa[p + 1], pa[p + 2], pa[p + 3]), (b[2 * h], b[2 * h + 1]),
+                    out = mma((pa[p], pa[p + 1], pa[p + 2], pa[p + 3]), (b[2 * h], b[2 * h + 1]),
                                   (acc[x], acc[x + 1], acc[x + 2], acc[x + 3]))
                     for r in range(4):
                         acc[x + r] = out[r]
@@ -139,7 +154,7 @@ def make_forward(d, causal, keys=None):
     @cuda.jit(fastmath={"contract", "afn"})
     def attention_forward(q, k, v, o, scale_log2):
         """o = softmax(q k^T scale) v per head; q, k, v, o (heads, N, d); scale_log2 = scale·log2 e."""
-        smem = cuda.shared.array(0, np.float16)
+        smem = cuda.shared.array(0, element)
         n = q.shape[1]
         head, block = cuda.blockIdx.y, cuda.blockIdx.x
         if causal:  # the last queries see the most keys: their blocks start first, the short ones fill in
@@ -235,6 +250,6 @@ def make_forward(d, causal, keys=None):
                     for c in range(out_tiles):
                         x = 4 * (mi * out_tiles + c) + 2 * half
                         col = 8 * c + 2 * t
-                        o[head, row, col], o[head, row, col + 1] = acc[x] * inverse, acc[x + 1] * inverse
+                        store_pair(o, head, row, col, acc[x] * inverse, acc[x + 1] * inverse)
 
     return attention_forward

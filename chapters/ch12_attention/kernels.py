@@ -29,10 +29,10 @@ from workbook.memory import aligned
 from workbook.tensor_cores import wgmma_compile
 
 from . import fused, hopper, naive
-from .reference import attention_reference, operands, tolerance
+from .reference import attention_reference, operands, tolerance, values
 from .tiles import THREADS
 
-__all__ = ["attention", "attention_reference", "operands", "tolerance", "bytes_moved", "flops", "HEAD_DIMS",
+__all__ = ["attention", "attention_reference", "operands", "tolerance", "values", "bytes_moved", "flops", "HEAD_DIMS",
            "fused", "hopper", "naive"]
 
 HEAD_DIMS = (64, 128)
@@ -46,8 +46,14 @@ def _gpu_has_tensor_cores():
 
 
 @lru_cache(maxsize=None)
-def forward_kernel(d, causal):
-    return fused.make_forward(d, causal)
+def forward_kernel(d, causal, precision="f16"):
+    return fused.make_forward(d, causal, precision=precision)
+
+
+@lru_cache(maxsize=None)
+def _gpu_has_bf16():
+    capability.require("mma.sync.bf16", "cvt.bf16x2", what="the BF16 attention kernel")
+    return True
 
 
 @lru_cache(maxsize=None)
@@ -70,9 +76,9 @@ _launches = LaunchCache()
 _opted_in = set()
 
 
-def _fused_plan(q, k, v, o, scale_log2, d, causal):
+def _fused_plan(q, k, v, o, scale_log2, d, causal, precision):
     """The fused kernel's launch: past 48 KB of shared memory (d = 128), allowed on its first use."""
-    kernel = forward_kernel(d, causal)
+    kernel = forward_kernel(d, causal, precision)
     if ON_GPU:
         from numba import typeof
 
@@ -114,29 +120,38 @@ def _scratch(shape, dtype):
     return _scratch_buffers[key]
 
 
-def attention(q, k, v, o, *, causal=False, variant="fused", stream=0):
-    """o = softmax(q k^T / sqrt(d)) v per head; q, k, v, o (heads, N, d) float16 device arrays,
-    d = 64 or 128; causal: key j is seen by query i only when j <= i. Returns o."""
-    q = require(q, "q", dtype=np.float16, ndim=3)
+def attention(q, k, v, o, *, causal=False, variant="fused", precision="f16", stream=0):
+    """o = softmax(q k^T / sqrt(d)) v per head; q, k, v, o (heads, N, d) device arrays, d = 64 or
+    128; causal: key j is seen by query i only when j <= i. precision "f16": float16 arrays;
+    "bf16" (variant "fused" only): uint16 or int16 arrays of BF16's bits (a torch bfloat16 tensor:
+    x.view(torch.int16)). Returns o."""
+    if precision not in ("f16", "bf16"):
+        raise ValueError(f"precision must be 'f16' or 'bf16', not {precision!r}")
+    dtype = np.float16 if precision == "f16" else (np.uint16, np.int16)
+    q = require(q, "q", dtype=dtype, ndim=3)
     heads, n, d = q.shape
     if d not in HEAD_DIMS:
         raise ValueError(f"the head dimension (q.shape[2]) must be 64 or 128, not {d}")
-    k = require(k, "k", dtype=np.float16, shape=q.shape)
-    v = require(v, "v", dtype=np.float16, shape=q.shape)
-    o = require(o, "o", dtype=np.float16, shape=q.shape)
+    k = require(k, "k", dtype=q.dtype, shape=q.shape)
+    v = require(v, "v", dtype=q.dtype, shape=q.shape)
+    o = require(o, "o", dtype=q.dtype, shape=q.shape)
     for name, array in (("q", q), ("k", k), ("v", v)):
         if not aligned(array, 16):
             raise ValueError(f"{name}'s first element is not 16-byte aligned (a view at an odd offset?): cp.async "
                              "needs it; copy it to a fresh array")
     if variant not in ("fused", "naive", "wgmma"):
         raise ValueError(f"variant must be 'fused', 'naive' or 'wgmma', not {variant!r}")
+    if precision == "bf16" and variant != "fused":
+        raise ValueError(f"precision='bf16' runs on variant='fused' (mma.sync) only, not {variant!r}")
     if variant == "wgmma" and d != hopper.D:
         raise ValueError(f"variant='wgmma' takes head dimension {hopper.D} only, not {d}: take variant='fused'")
     if ON_GPU:
         _gpu_has_tensor_cores()
+        if precision == "bf16":
+            _gpu_has_bf16()
     if variant == "fused":
         scale_log2 = np.float32(LOG2_E / math.sqrt(d))
-        _launches.launch_planned(_fused_plan, (q, k, v, o, scale_log2), (d, causal), stream=stream,
+        _launches.launch_planned(_fused_plan, (q, k, v, o, scale_log2), (d, causal, precision), stream=stream,
                                  shared=fused.shared_bytes(d))
         return o
     if variant == "wgmma":

@@ -26,18 +26,25 @@ from chapters.ch09_tensor_cores import ceiling
 
 from . import hopper
 from . import kernels as k
+from .reference import values
 
 CHECKED_HEADS = 2  # the float64 reference of every head of a GPU-sized case would take the host minutes
 
 
-def _torch_baselines(torch, q, kk, v, causal):
+def _torch_baselines(torch, q, kk, v, causal, precision="f16"):
     if torch is None:
         return {}
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     heads, n, d = q.shape
-    tq, tk, tv = (bench.torch_view(x).view(1, heads, n, d) for x in (q, kk, v))
+    if precision == "bf16":  # BF16's bits, seen by torch as bfloat16; its outputs handed back as bits
+        tq, tk, tv = (bench.torch_view(x.view(np.int16)).view(torch.bfloat16).view(1, heads, n, d) for x in (q, kk, v))
+        bits = {name: (lambda run=run: run().view(torch.int16)) for name, run in
+                _torch_baselines(torch, tq[0], tk[0], tv[0], causal).items()}
+        return bits
+    tq, tk, tv = ((bench.torch_view(x) if not type(x).__module__.startswith("torch") else x).view(1, heads, n, d)
+                  for x in (q, kk, v))
     mask = torch.ones(n, n, dtype=torch.bool, device=tq.device).tril() if causal else None
 
     def flash():
@@ -55,29 +62,31 @@ def _torch_baselines(torch, q, kk, v, causal):
             "torch matmul-softmax-matmul": unfused}
 
 
-def compare(chapter, heads, n, d, causal, variants=("naive", "fused"), rng=None, key=None):
-    """Check and time one case; returns the comparison (its .ratio(a, b) for the bars)."""
+def compare(chapter, heads, n, d, causal, variants=("naive", "fused"), rng=None, key=None, precision="f16"):
+    """Check and time one case ("f16", or "bf16": BF16's bits in uint16); returns the comparison (its
+    .ratio(a, b) for the bars)."""
     rng = rng or np.random.default_rng(0)
-    q, kk, v = (cuda.to_device(x) for x in k.operands(rng, heads, n, d))
-    o = cuda.device_array((heads, n, d), np.float16)
+    q, kk, v = (cuda.to_device(x) for x in k.operands(rng, heads, n, d, np.float16 if precision == "f16" else "bf16"))
+    o = cuda.device_array((heads, n, d), q.dtype)
     checked = min(heads, CHECKED_HEADS)
     first = tuple(x[:checked].copy_to_host() for x in (q, kk, v))
-    atol = float(k.tolerance(first[2], d, n).max())
+    atol = float(k.tolerance(first[2], d, n, precision).max())
 
     def check(got, ref, name):
-        # torch's FP16 output and ours round alike: the same tolerance
-        workbook.assert_close(to_host(got[:checked]).astype(np.float64), ref, rtol=0, atol=atol, name=name)
+        # torch's output and ours round alike: the same tolerance
+        workbook.assert_close(values(to_host(got[:checked])), ref, rtol=0, atol=atol, name=name)
 
     mode = "causal" if causal else "full"
     return chapter.compare(
         key or f"attention d={d} {mode}",
-        {variant: (lambda variant=variant: k.attention(q, kk, v, o, causal=causal, variant=variant))
+        {variant: (lambda variant=variant: k.attention(q, kk, v, o, causal=causal, variant=variant,
+                                                       precision=precision))
          for variant in variants},
         reference=lambda: k.attention_reference(*first, causal=causal),
         check=check,
-        baselines=_torch_baselines(bench.optional_torch(), q, kk, v, causal),
+        baselines=_torch_baselines(bench.optional_torch(), q, kk, v, causal, precision),
         flops=k.flops(heads, n, d, causal),
-        size=f"{heads} heads x {n} x {d} float16",
+        size=f"{heads} heads x {n} x {d} {'float16' if precision == 'f16' else 'bfloat16'}",
     )
 
 

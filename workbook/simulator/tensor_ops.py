@@ -4,7 +4,7 @@ Each function is named, and says it lives, where the compile worker finds its GP
 
 import numpy as np
 
-from ..tensor_layouts import decode_descriptor, round_tf32, swizzle128
+from ..tensor_layouts import decode_descriptor, round_tf32, swizzle128, to_bf16
 from . import watch
 from .numba_typing import as_read
 from .scheduler import FULL_MASK, current
@@ -63,6 +63,10 @@ def to_tf32(x):
 
 def pack_f16x2(lo, hi):
     return np.uint32(int(np.float16(as_read(lo)).view(np.uint16)) | int(np.float16(as_read(hi)).view(np.uint16)) << 16)
+
+
+def pack_bf16x2(lo, hi):
+    return np.uint32(int(to_bf16(np.float32(as_read(lo)))) | int(to_bf16(np.float32(as_read(hi)))) << 16)
 
 
 def _is_shared(array):
@@ -352,8 +356,8 @@ def wgmma_wait(n):
             acc[:] = sums.reshape(-1).astype(np.float32)
 
 
-for _function in (mma_tf32, mma_f16, mma_bf16, to_tf32, pack_f16x2, ldmatrix_x1, ldmatrix_x2, ldmatrix_x4,
-                  ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans, cp_async16, cp_async_commit,
+for _function in (mma_tf32, mma_f16, mma_bf16, to_tf32, pack_f16x2, pack_bf16x2, ldmatrix_x1, ldmatrix_x2,
+                  ldmatrix_x4, ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans, cp_async16, cp_async_commit,
                   cp_async_wait, shared_address, wgmma_f16, wgmma_f16_from_registers, wgmma_tf32, wgmma_fence,
                   fence_proxy_async,
                   wgmma_commit, wgmma_wait):
