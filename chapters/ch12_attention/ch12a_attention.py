@@ -17,7 +17,7 @@
 # In this chapter you will learn
 # - what attention computes, O = softmax(Q Kᵀ / √d) V for every head, and why its textbook form
 #   writes N x N scores to memory and reads them back;
-# - how FlashAttention-2 never writes them: a block keeps 64 queries, streams K and V through shared
+# - how FlashAttention-2 never writes them: a block keeps 128 queries, streams K and V through shared
 #   memory tile by tile, keeps the scores in the tensor cores' registers and updates the softmax
 #   **online**, rescaling what it has summed whenever a row's maximum grows;
 # - how chapter 06's running maximum, chapter 09's mma.sync, ldmatrix and cp.async, and chapter
@@ -146,22 +146,22 @@ except ValueError as error:
 # %% [markdown]
 # ## What moves through global memory
 #
-# The simulator sees every access: here both at 2 heads of 130 tokens, the bytes the kernels ask
+# The simulator sees every access: here both at one head of 130 tokens, the bytes the kernels ask
 # for. The naive kernels' stores are the scores and P, and O; the fused kernel stores O and
-# nothing else, and loads K and V once per block of 64 queries.
+# nothing else, and loads K and V once per block of 128 queries.
 
 # %%
 n_traced, d_traced = 130, 64
-traced_in = [cuda.to_device(x) for x in k.operands(rng, 2, n_traced, d_traced)]
+traced_in = [cuda.to_device(x) for x in k.operands(rng, 1, n_traced, d_traced)]
 traffic = {}
 if not workbook.ON_GPU:
     for variant in ("naive", "fused"):
         with memtrace.trace() as trace:
-            k.attention(*traced_in, cuda.device_array((2, n_traced, d_traced), np.float16), variant=variant)
+            k.attention(*traced_in, cuda.device_array((1, n_traced, d_traced), np.float16), variant=variant)
         kernels = trace.kernels()
         traffic[variant] = {way: sum(spaces[f"global {way}"].requested for spaces in kernels.values()
                                      if f"global {way}" in spaces) for way in ("ld", "st")}
-    output_bytes = 2 * n_traced * d_traced * 2
+    output_bytes = n_traced * d_traced * 2
     print({variant: f"loads {t['ld']:,} B, stores {t['st']:,} B" for variant, t in traffic.items()},
           f"| O itself is {output_bytes:,} B")
     assert traffic["fused"]["st"] == output_bytes  # nothing but O is stored
@@ -178,7 +178,7 @@ print("bytes a call must move at N = 4096, d = 128, a head:",
 # on its first two heads against the float64 reference first.
 
 # %%
-heads, n = workbook.size(gpu=64, sim=2), workbook.size(gpu=4096, sim=70)
+heads, n = workbook.size(gpu=64, sim=1), workbook.size(gpu=4096, sim=70)
 full = measuring.compare(chapter, heads, n, 128, causal=False)
 causal = measuring.compare(chapter, heads, n, 128, causal=True)
 long_heads, long_n = workbook.size(gpu=16, sim=1), workbook.size(gpu=16384, sim=40)
@@ -205,7 +205,7 @@ chapter.record("mma.sync FP16 ceiling (TFLOP/s)", {"mma.sync f16": peak} if peak
 #
 # - **Bytes**: the naive kernels move the N x N scores at least four times (S written and read,
 #   P written and read), 12 bytes a score; the fused kernel moves Q, K, V and O, 8 bytes a token
-#   and dimension, and loads K and V once per 64 queries, from the L2 mostly.
+#   and dimension, and loads K and V once per 128 queries, from the L2 mostly.
 # - **The naive order** is bound by those bytes long before the tensor cores are busy; fused, the
 #   same products and the same softmax run at tensor-core speed.
 # - **The fused kernel** runs its two products on mma.sync with FP32 sums, its softmax on the
