@@ -119,9 +119,9 @@ SPEC = {"attention_rows_kernel argument 0 axis 2": "the exercises' head dimensio
         "attention_rows_kernel argument 3 axis 2": "the exercises' head dimension: 32"}
 
 EXERCISES = [
-    Exercise("ch12.1", "the online rescale", "complete", "attention_rows_kernel", check_rescale,
+    Exercise("ch12.1", "the causal bound of the key loop", "complete", "attention_rows_kernel", check_causal_bound,
              grids=("more blocks",), fixed=SPEC),
-    Exercise("ch12.2", "the causal bound of the key loop", "complete", "attention_rows_kernel", check_causal_bound,
+    Exercise("ch12.2", "the online rescale", "complete", "attention_rows_kernel", check_rescale,
              grids=("more blocks",), fixed=SPEC),
     Exercise("ch12.3", "a row with no finite score", "fix", "attention_rows_kernel", check_empty_rows,
              grids=("more blocks",), fixed=SPEC),

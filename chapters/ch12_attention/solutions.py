@@ -12,7 +12,7 @@ warp scores key 32j + L against the warp's query; the warp's running maximum m a
 number of the output row each lane keeps (column L), are updated online.
 
 All four regions are in that one kernel, and every check runs it whole: it stops at the first stub
-it meets. Complete ch12.2 and ch12.1 first (the kernel meets them in that order); the checks of
+it meets. Complete ch12.1, then ch12.2 (the kernel meets them in that order); the checks of
 ch12.3 and ch12.4 then show their planted bugs.
 """
 
@@ -60,17 +60,17 @@ def warp_sum(x):
 
 
 # ---------------------------------------------------------------------------------------------
-# ch12.1 (complete) — the online rescale. When tile j's scores raise the row's maximum from m_run
+# ch12.1 (complete) — the causal bound of the key loop. With `causal`, query i sees keys 0..i only,
+# so the block (queries first .. first + ROWS - 1) needs the keys below `end` and no tile past it:
+# set `end`, the number of keys the block's queries see, for both masks. (Keys after a query in
+# the last tile are masked per lane below; `end` only decides which tiles are loaded at all.)
+#
+# ch12.2 (complete) — the online rescale. When tile j's scores raise the row's maximum from m_run
 # to m_new, everything summed so far was weighted by e^(s - m_run) and must be weighted by
 # e^(s - m_new): multiply it by alpha = e^(m_run - shift), where `shift` is m_new (or 0 while the
 # row has no finite score yet: then m_run is -inf too and alpha must be 0, not e^(-inf + inf)).
 # Rescale the running sum l_run and the lane's output number acc, then add this tile's sum of p
 # (over the warp: warp_sum) to l_run.
-#
-# ch12.2 (complete) — the causal bound of the key loop. With `causal`, query i sees keys 0..i only,
-# so the block (queries first .. first + ROWS - 1) needs the keys below `end` and no tile past it:
-# set `end`, the number of keys the block's queries see, for both masks. (Keys after a query in
-# the last tile are masked per lane below; `end` only decides which tiles are loaded at all.)
 #
 # ch12.3 (fix) — a row with no finite score. A query whose every score is -inf (or masked) has no
 # distribution: its output row is defined as 0. The last lines divide by l_run, which is 0 there.
@@ -95,9 +95,9 @@ def attention_rows_kernel(q, k, v, o, causal):
     row = first + warp
     scale = float32(1 / math.sqrt(D))
     query[warp, lane] = q[head, row, lane] * scale if row < n else float32(0)  # rows past N write nothing
-    # >>> ch12.2 (stub 65267de9)
+    # >>> ch12.1 (stub ecb54af8)
     end = min(n, first + ROWS) if causal else n
-    # <<< ch12.2
+    # <<< ch12.1
     count = (end + KEYS - 1) // KEYS
     load_tile(k, v, tiles, 0, head, 0, n)
     m_run, l_run = NEG_INF, float32(0)
@@ -118,11 +118,11 @@ def attention_rows_kernel(q, k, v, o, causal):
         m_new = max(m_run, warp_max(s))
         shift = float32(0) if m_new == NEG_INF else m_new  # no finite score yet: e^(s - 0) = 0
         p = math.exp(s - shift)
-        # >>> ch12.1 (stub 92463cb2)
+        # >>> ch12.2 (stub 1760ad83)
         alpha = math.exp(m_run - shift)
         l_run = l_run * alpha + warp_sum(p)
         acc *= alpha
-        # <<< ch12.1
+        # <<< ch12.2
         m_run = m_new
         values = base + KEYS * ROW
         for kk in range(KEYS):  # acc += p of key kk (lane kk's) x V's row kk, column lane
@@ -150,14 +150,14 @@ def attention_rows(q, k, v, o, causal=False):
 
 # Planted wrong answers: each must fail its check (python -m pytest --exercises --solutions).
 PLANTED_WRONG_ANSWERS = {
-    "ch12.1": [("        alpha = math.exp(m_run - shift)\n", "        alpha = float32(1)\n"),  # no rescale
-               ("        alpha = math.exp(m_run - shift)\n", "        alpha = math.exp(shift - m_run)\n"),  # inverted
-               ("        acc *= alpha\n", ""),  # the sum rescaled, the output not
-               ("l_run = l_run * alpha + warp_sum(p)", "l_run = l_run * alpha + p")],  # one lane's share
-    "ch12.2": [("end = min(n, first + ROWS) if causal else n", "end = min(n, first) if causal else n"),  # the block's own keys left out
+    "ch12.1": [("end = min(n, first + ROWS) if causal else n", "end = min(n, first) if causal else n"),  # the block's own keys left out
                ("end = min(n, first + ROWS) if causal else n", "end = n", "simulator"),  # every tile loaded: right, slow
                ("end = min(n, first + ROWS) if causal else n", "end = min(n, first + KEYS) if causal else n",
                 "simulator")],  # a tile, not the queries: a tile too many, traced
+    "ch12.2": [("        alpha = math.exp(m_run - shift)\n", "        alpha = float32(1)\n"),  # no rescale
+               ("        alpha = math.exp(m_run - shift)\n", "        alpha = math.exp(shift - m_run)\n"),  # inverted
+               ("        acc *= alpha\n", ""),  # the sum rescaled, the output not
+               ("l_run = l_run * alpha + warp_sum(p)", "l_run = l_run * alpha + p")],  # one lane's share
     "ch12.3": [("    inverse = float32(0) if l_run == 0 else float32(1) / l_run\n",
                 "    inverse = float32(1) / l_run\n"),  # the stub: 0 / 0
                ("    inverse = float32(0) if l_run == 0 else float32(1) / l_run\n",
