@@ -40,24 +40,27 @@ def _torch_baselines(torch, q, kk, v, causal, precision="f16"):
     heads, n, d = q.shape
     if precision == "bf16":  # BF16's bits, seen by torch as bfloat16; its outputs handed back as bits
         tq, tk, tv = (bench.torch_view(x.view(np.int16)).view(torch.bfloat16).view(1, heads, n, d) for x in (q, kk, v))
-        bits = {name: (lambda run=run: run().view(torch.int16)) for name, run in
-                _torch_baselines(torch, tq[0], tk[0], tv[0], causal).items()}
-        return bits
-    tq, tk, tv = ((bench.torch_view(x) if not type(x).__module__.startswith("torch") else x).view(1, heads, n, d)
-                  for x in (q, kk, v))
+
+        def bits(t):
+            return t.view(torch.int16)
+    else:
+        tq, tk, tv = (bench.torch_view(x).view(1, heads, n, d) for x in (q, kk, v))
+
+        def bits(t):
+            return t
     mask = torch.ones(n, n, dtype=torch.bool, device=tq.device).tril() if causal else None
 
     def flash():
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return sdpa(tq, tk, tv, is_causal=causal)[0]
+            return bits(sdpa(tq, tk, tv, is_causal=causal)[0])
 
     def unfused():
         scores = (tq @ tk.transpose(-1, -2)) * (1 / math.sqrt(d))
         if causal:
             scores = scores.masked_fill(~mask, float("-inf"))
-        return (scores.softmax(-1) @ tv)[0]
+        return bits((scores.softmax(-1) @ tv)[0])
 
-    return {"torch SDPA (its default backend)": lambda: sdpa(tq, tk, tv, is_causal=causal)[0],
+    return {"torch SDPA (its default backend)": lambda: bits(sdpa(tq, tk, tv, is_causal=causal)[0]),
             "torch SDPA, FlashAttention-2 backend": flash,
             "torch matmul-softmax-matmul": unfused}
 
