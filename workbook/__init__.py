@@ -35,6 +35,11 @@ if MODE == "sim":
 
 ON_GPU = MODE == "gpu"
 
+if ON_GPU:
+    from . import successor as _successor
+
+    _successor.install()  # WORKBOOK_COMPILER=numba-cuda-mlir: every launch compiled by the successor
+
 from .check import CheckError, Launch, assert_bitmask, assert_close, pack_bitmask, unpack_bitmask  # noqa: E402,F401
 from .chapter import Chapter  # noqa: E402,F401
 from .compile_pool import warm_up  # noqa: E402,F401

@@ -14,7 +14,12 @@
                                             own: grades.csv, --json with every message, a summary
     python -m workbook compile [chNN ...]   every kernel the chapters' tests launch, compiled for every
                                             GPU target the installed compiler supports (7.5 and up)
-                                            on this machine, GPU or not: a table
+                                            on this machine, GPU or not: a table (with
+                                            WORKBOOK_COMPILER=numba-cuda-mlir: by the successor, for 9.0
+                                            and 7.5)
+    python -m workbook compilers [chNN ...] on a GPU: every kernel the chapters' tests launch, run by
+                                            numba-cuda-mlir and checked, then timed under both compilers
+                                            (results/<device>/compilers.json)
 """
 
 import argparse
@@ -61,6 +66,10 @@ def table(args):
     if args.readme:
         readme, summary_path = report.write_readme(args.device)
         print(f"updated {readme} and {summary_path}")
+        from workbook import compilers
+
+        if compilers.write_tables(args.device):
+            print("updated the compilers' tables (results/<device>/COMPILERS.md, docs/compilers.md)")
     elif args.markdown:
         bars, full, stamps = report.markdown_tables(args.device)
         print(f"{bars}\n\n{full}\n\n{stamps}")
@@ -162,17 +171,31 @@ def compile_kernels(args):
                    if key[0].startswith("chapters.") and any(f".{c}_" in key[0] for c in wanted)}
     launched = {kernel for kernel, _ in records}
     never = report.module_kernels(wanted, skip=("solutions",) if args.exercises else ("exercises",)) - launched
-    # every other GPU: each signature the tests launched, built from its stored IR for each target
-    targets = compiler.plan(every_target=args.every_target)
-    family_of = {} if args.every_target else {
-        members[0]: members[1:] for members in compiler.families(compiler.supported_targets()).values()}
-    started = time.perf_counter()
-    built = compiler.build_everywhere(list(records.values()), targets, jobs=args.jobs)
-    console.print(f"built {built} more (kernel, signature, target) for "
-                  f"{', '.join(f'{a}.{b}' for a, b in targets)} in {time.perf_counter() - started:.0f} s "
-                  "(the rest from the tests' compiles and build/compile-cache/)")
+    from workbook import successor
+
+    if successor.chosen() == successor.NAME:  # the successor's build of each launch: for 9.0 and 7.5
+        targets, family_of = [tuple(cc) for cc in compiler.CCS], {}
+        for record in records.values():
+            record["everywhere"] = {t["target"]: t for t in record.get("targets", [])}
+        console.print(f"compiled by {successor.NAME}, for {', '.join(f'{a}.{b}' for a, b in targets)} (the "
+                      "targets of every launch)")
+    else:  # every other GPU: each signature the tests launched, built from its stored IR for each target
+        targets = compiler.plan(every_target=args.every_target)
+        family_of = {} if args.every_target else {
+            members[0]: members[1:] for members in compiler.families(compiler.supported_targets()).values()}
+        started = time.perf_counter()
+        built = compiler.build_everywhere(list(records.values()), targets, jobs=args.jobs)
+        console.print(f"built {built} more (kernel, signature, target) for "
+                      f"{', '.join(f'{a}.{b}' for a, b in targets)} in {time.perf_counter() - started:.0f} s "
+                      "(the rest from the tests' compiles and build/compile-cache/)")
     errors = report.compile_table(records, console, targets, never, family_of)
     return 1 if errors or not records else 0
+
+
+def compilers(args):
+    from workbook import compilers as both
+
+    return both.run(args.chapters, jobs=args.jobs)
 
 
 def profile(args):
@@ -256,6 +279,11 @@ def main(argv=None):
     ex_parser.add_argument("--audit", action="store_true",
                            help="maintainers (simulator): the classes of lucky answer each check's data leaves open")
     ex_parser.set_defaults(func=exercises)
+    compilers_parser = commands.add_parser("compilers", help="on a GPU: every chapter kernel under numba-cuda and "
+                                           "numba-cuda-mlir, checked, timed, registers (results/<device>/compilers.json)")
+    compilers_parser.add_argument("chapters", nargs="*")
+    compilers_parser.add_argument("--jobs", "-j", type=int, default=8, help="pytest workers (default 8)")
+    compilers_parser.set_defaults(func=compilers)
     compile_parser = commands.add_parser("compile", help="compile every chapter kernel for a GPU, no GPU needed")
     compile_parser.add_argument("chapters", nargs="*")
     compile_parser.add_argument("--exercises", action="store_true",

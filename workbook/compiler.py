@@ -216,14 +216,20 @@ def _real_vector_type(name):
 
 
 _rebuilt = {}  # in the worker: device functions already rebuilt, by what they are (see _identity)
+_for_successor = False  # in the worker: compiling with numba-cuda-mlir (WORKBOOK_COMPILER)
 
 
 def _rebuild(fn, options):
     """In the worker: the real cuda.jit of a function the simulator had. A device function that
     arrives again (another kernel of the same factory calls it) is the one rebuilt before, so numba
-    types and lowers it once per signature, as it does a module-level device function."""
+    types and lowers it once per signature, as it does a module-level device function. In a worker
+    for the successor compiler it stays Python until the successor rebuilds it (successor.py)."""
     from numba import cuda
 
+    if _for_successor:
+        from .successor import Deferred
+
+        return Deferred(fn, options)
     key = _identity(fn, options) if options.get("device") else None
     if key is None:
         return cuda.jit(**options)(fn)
@@ -439,6 +445,36 @@ def _compile_one(payload, argtypes, ccs):
     return {"targets": targets, "needs": needs, "ir": ir}
 
 
+_translation = []  # in a successor worker: its one successor.Translation
+
+
+def _compile_successor(payload, argtypes, ccs):
+    """A kernel the simulator launched, rebuilt and compiled by numba-cuda-mlir (successor.py): PTX
+    for each target, ptxas for the first. No LLVM IR comes back: the other targets of `python -m
+    workbook compile` are built from numba-cuda's."""
+    global _for_successor
+    import cloudpickle
+
+    from . import successor
+
+    _for_successor = True
+    if not _translation:
+        _translation.append(successor.Translation(gpu=False))
+    translation = _translation[0]
+    fn = cloudpickle.loads(payload)  # an error here is the compile's, not the kernel's
+    try:
+        kernel = translation.jit(fn, {})
+        signature = tuple(successor.argument_type(translation, t) for t in argtypes)
+    except (TypeError, NotImplementedError) as error:
+        raise KernelRejected(f"{type(error).__name__} rebuilding the kernel for {successor.NAME}: {error}") from error
+
+    def ptx_for(cc):
+        return translation.cuda.compile_ptx(kernel.py_func, signature, cc=tuple(cc[:2]))[0]
+
+    targets, needs = _build(ptx_for, [tuple(cc) for cc in ccs], assemble=[tuple(ccs[0])])
+    return {"targets": targets, "needs": needs, "ir": None}
+
+
 def _compile_ir(ir, needs, ccs):
     """A kernel's stored LLVM IR (and numba's NVVM options for it), built for other targets: NVVM and
     ptxas, each target's error its own."""
@@ -468,6 +504,8 @@ def is_the_kernels_fault(error):
 
     if isinstance(error, KernelRejected):
         return True
+    if type(error).__module__.startswith("numba_cuda_mlir"):  # the successor's typing, lowering or compiler error
+        return True
     return isinstance(error, NumbaError | NvvmError) and "CudaSupportError" not in str(error)
 
 
@@ -485,6 +523,8 @@ def serve():
         try:
             if "ir" in request:
                 answer = {"ok": True, "targets": _compile_ir(request["ir"], request["needs"], request["ccs"])}
+            elif request.get("compiler") == _SUCCESSOR:
+                answer = {"ok": True, **_compile_successor(request["kernel"], request["argtypes"], request["ccs"])}
             else:
                 answer = {"ok": True, **_compile_one(request["kernel"], request["argtypes"], request["ccs"])}
         except Exception as error:  # noqa: BLE001  (numba's error is the answer)
@@ -505,6 +545,7 @@ class Compiler:
         self.seen = {}  # (function, argument types) -> answer
         self.pickler = _Pickler()
         self.log_dir = os.environ.get("WORKBOOK_COMPILE_LOG")
+        self.tag = _compiler_tag()
 
     def _worker(self):
         if self.process is None or self.process.poll() is not None:
@@ -537,7 +578,7 @@ class Compiler:
                 return lambda: answer
             digest = hashlib.sha256(payload + repr((argtypes, ccs, CACHE_FORMAT)).encode()
                                     + _sources_by_name(kernel.fn)
-                                    + _TABLE).hexdigest()
+                                    + _TABLE + self.tag).hexdigest()
             cached = CACHE / f"{digest}.json"
             if cached.exists():
                 answer = self.seen[key] = json.loads(cached.read_text())
@@ -549,7 +590,8 @@ class Compiler:
                 if key in self.seen:
                     return self.seen[key]
                 worker = self._worker()
-                _send(worker.stdin, {"kernel": payload, "argtypes": argtypes, "ccs": ccs})
+                _send(worker.stdin, {"kernel": payload, "argtypes": argtypes, "ccs": ccs,
+                                     "compiler": _SUCCESSOR if self.tag else None})
                 answer = _receive(worker.stdout)
                 if answer is None:
                     raise RuntimeError("the compile worker died; run `python -m workbook compile` to see why")
@@ -572,11 +614,28 @@ class Compiler:
         record = {"kernel": f"{fn.__module__}.{fn.__qualname__}", "file": fn.__code__.co_filename,
                   "line": fn.__code__.co_firstlineno, "signature": ", ".join(str(t) for t in argtypes),
                   "ok": answer["ok"], "error": answer.get("error"), "digest": digest,
+                  "compiler": _SUCCESSOR if self.tag else "numba-cuda",
                   "needs": answer.get("needs", []),
                   "targets": [{k: v for k, v in t.items() if k != "ptx"} for t in answer.get("targets", [])]}
         Path(self.log_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(self.log_dir) / f"compile-{os.getpid()}.jsonl", "a") as log:
             log.write(json.dumps(record) + "\n")
+
+
+_SUCCESSOR = "numba-cuda-mlir"  # successor.NAME (imported late: successor.py imports this package)
+
+
+def _compiler_tag():
+    """Which compiler a launch's compile check uses (WORKBOOK_COMPILER), as part of its cache key."""
+    from . import successor
+
+    if successor.chosen() != successor.NAME:
+        return b""
+    from importlib.metadata import version
+
+    here = Path(__file__).parent  # the rebuild and the intrinsics written for it: editing them recompiles
+    return (f"{successor.NAME} {version('numba-cuda-mlir')}".encode() + (here / "successor.py").read_bytes()
+            + (here / "successor_intrinsics.py").read_bytes())
 
 
 # the instruction table's facts, part of each answer's key: what a target skips follows the table

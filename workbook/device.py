@@ -64,3 +64,14 @@ def choose_mode():
         mode = "gpu" if _driver_sees_a_gpu() else "sim"
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if mode == "sim" else "0"
     return mode
+
+
+STOCK_COMPILER, SUCCESSOR = "numba-cuda", "numba-cuda-mlir"
+
+
+def choose_compiler():
+    """The compiler WORKBOOK_COMPILER names: "numba-cuda" (the default) or "numba-cuda-mlir" (see successor.py)."""
+    value = os.environ.get("WORKBOOK_COMPILER", STOCK_COMPILER).strip().lower() or STOCK_COMPILER
+    if value not in (STOCK_COMPILER, SUCCESSOR):
+        raise ValueError(f"WORKBOOK_COMPILER={value!r}: choose {STOCK_COMPILER!r} (the default) or {SUCCESSOR!r}")
+    return value

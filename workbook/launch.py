@@ -24,6 +24,13 @@ import numpy as np
 from numba import cuda, typeof
 
 from . import ON_GPU
+from .device import SUCCESSOR, choose_compiler
+
+
+def _plain():
+    """Launch as kernel[grid, block](*args): in the simulator (no driver), and where every launch is
+    the successor compiler's (WORKBOOK_COMPILER=numba-cuda-mlir, successor.py: it packs its own arguments)."""
+    return not ON_GPU or choose_compiler() == SUCCESSOR
 
 
 def cdiv(a, b):
@@ -136,8 +143,9 @@ class PreparedLaunch:
             raise ValueError(f"via must be 'driver' or 'cuda.core', not {via!r}")
         self.kernel, self.args, self.stream, self.returns = kernel, args, stream, returns
         self.blocks, self.threads, self.shared = blocks, threads, shared
-        if not ON_GPU:
-            self.how = "simulator: kernel[grid, block](*args)"
+        self.plain = _plain()
+        if self.plain:
+            self.how = "simulator: kernel[grid, block](*args)" if not ON_GPU else f"{SUCCESSOR}: kernel[grid, block](*args)"
             self._launcher = kernel[blocks, threads, stream, shared]
             return
         from numba.cuda.cudadrv import driver as numba_driver
@@ -193,7 +201,7 @@ class PreparedLaunch:
     def set(self, index, value):
         """Change scalar argument `index` (an int or float of the type it had) for the next calls:
         one store into the packed parameter, no new packing (e.g. a random-number offset per step)."""
-        if not ON_GPU:
+        if self.plain:
             self.args = self.args[:index] + (value,) + self.args[index + 1:]
             return
         start, stop, ty = self._slots[index]
@@ -204,10 +212,10 @@ class PreparedLaunch:
 
     def __call__(self):
         """Launch; returns `returns` (the outputs, for a caller that wants them back)."""
-        if ON_GPU:
-            self._launcher()
-        else:
+        if self.plain:
             self._launcher(*self.args)
+        else:
+            self._launcher()
         return self.returns
 
 
@@ -323,7 +331,7 @@ class LaunchCache:
 
     def _launch(self, what, plan, args, stream, shared=0):
         """what: the head of the key; plan(): (kernel, blocks, threads), called on a miss only."""
-        if not ON_GPU:
+        if _plain():
             kernel, blocks, threads = plan()
             kernel[blocks, threads, stream, shared](*args)
             return None

@@ -1,0 +1,174 @@
+"""The second compiler (workbook/successor.py, successor_intrinsics.py, compilers.py): the choice,
+the options handed over, the rows merged and tabled; and, where numba-cuda-mlir is installed, the
+workbook's kernels and intrinsics compiled by it without a GPU (PTX read back)."""
+
+import re
+
+import numpy as np
+import pytest
+from numba import float32, uint32, uint64
+from numba.core.types import float16
+
+import workbook
+from workbook import compilers, successor
+
+needs_successor = pytest.mark.skipif(successor.missing() is not None, reason="numba-cuda-mlir is not installed")
+
+
+def test_the_default_compiler_is_numba_cuda(monkeypatch):
+    monkeypatch.delenv(successor.VARIABLE, raising=False)
+    assert successor.chosen() == successor.STOCK
+    monkeypatch.setenv(successor.VARIABLE, " Numba-CUDA-MLIR ")
+    assert successor.chosen() == successor.NAME
+
+
+def test_an_unknown_compiler_is_named_in_the_error(monkeypatch):
+    monkeypatch.setenv(successor.VARIABLE, "nvcc")
+    with pytest.raises(ValueError, match=r"WORKBOOK_COMPILER='nvcc'.*numba-cuda-mlir"):
+        successor.chosen()
+
+
+def test_options_are_handed_over_as_the_successor_takes_them():
+    handed = successor._options({"fastmath": {"contract", "afn"}, "debug": 0, "lineinfo": 1, "device": True,
+                                 "forceinline": True, "inline": "never", "launch_bounds": (256, 4),
+                                 "max_registers": None, "opt": True, "cache": True, "boundscheck": False})
+    assert handed == {"fastmath": True, "debug": False, "lineinfo": True, "device": True, "forceinline": True,
+                      "launch_bounds": (256, 4), "opt": True}
+    assert successor._options({"inline": True}) == {"inline": "always"}
+    assert successor._options({"inline": "always"}) == {"inline": "always"}
+
+
+def test_every_workaround_says_what_where_and_what_is_done():
+    for what, where, done in successor.WORKAROUNDS:
+        assert len(what) > 20 and where and len(done) > 10, (what, where, done)
+
+
+def test_the_simulators_kernels_and_device_functions_are_read_back_as_python():
+    from chapters.ch00_measuring import kernels as k
+    from chapters.ch01_relu_mask import batchnorm
+
+    fn, options = successor.source_of(k.copy_quads_kernel)
+    assert fn is k.copy_quads_kernel.fn and not options.get("device")
+    fn, options = successor.source_of(batchnorm._block_sum2)
+    assert options["device"] and options["forceinline"]
+    deferred = successor.Deferred(fn, {"device": True})
+    assert successor.source_of(deferred) == (fn, {"device": True})
+    assert successor.source_of(np.float32(1)) is None
+
+
+def _row(kernel, passed, failed, timed=False, ratio=1.0):
+    row = {"kernel": kernel, "signature": "array(float32, 1d, C)", "tests_passed": passed, "tests_failed": failed,
+           "correct": failed == 0 and passed > 0, "error": "boom" if failed else None, "bytes": 64, "timed": timed}
+    if timed:
+        for which in (successor.STOCK, successor.NAME):
+            row[which] = {"median_ms": 0.01, "spread_ms": [0.009, 0.011], "registers": 32, "spill_bytes": 0}
+        row["time_ratio"] = {"median": ratio, "spread": [ratio - 0.01, ratio + 0.01]}
+    return row
+
+
+def test_rows_of_several_workers_are_merged_per_kernel():
+    rows = compilers._merged([_row("chapters.a.k", 2, 0), _row("chapters.a.k", 1, 0, timed=True),
+                              _row("chapters.a.j", 1, 0), _row("chapters.a.j", 0, 1)])
+    by_kernel = {row["kernel"]: row for row in rows}
+    assert by_kernel["chapters.a.k"]["tests_passed"] == 3 and by_kernel["chapters.a.k"]["timed"]
+    assert by_kernel["chapters.a.k"]["correct"]
+    assert not by_kernel["chapters.a.j"]["correct"] and by_kernel["chapters.a.j"]["error"] == "boom"
+
+
+def test_the_tables_count_what_is_correct_slower_and_spilling():
+    slow = _row("chapters.ch01_x.k", 1, 0, timed=True, ratio=1.5)
+    slow[successor.NAME]["spill_bytes"] = 24
+    stored = {"chapters": {"ch01": {"rows": [slow, _row("chapters.ch01_x.j", 1, 0, timed=True),
+                                             _row("chapters.ch01_x.i", 0, 2)], "translation": compilers.TRANSLATION,
+                                    "timing_rule": "largest launch"}},
+              "stamp": {"device": "GPU", "numba_cuda_mlir": "0.6.0"}}
+    summary, full, stamp = compilers.markdown(stored)
+    assert "| ch01 | 3 | 2 | 2 | 1.25 | 1 | 1 |" in summary
+    assert full.count("\n| ch01_x.") == 3 and "**no**" in full and "0.6.0" in stamp
+    assert "older rebuild" not in summary
+    stored["chapters"]["ch01"]["translation"] = 1
+    assert "older rebuild" in compilers.markdown(stored)[0]
+    assert "not measured" in compilers.launch_markdown(stored)
+
+
+def test_the_compilers_command_measures_on_a_gpu_only(capsys):
+    if workbook.ON_GPU:
+        pytest.skip("on a GPU the command runs the tests")
+    assert compilers.run(["ch00"]) == 2
+    assert "WORKBOOK_COMPILER=numba-cuda-mlir" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# With numba-cuda-mlir installed: the workbook's kernels compiled by it, no GPU needed
+
+
+def _ptx(fn, *argtypes, options=None):
+    translation = successor.Translation(gpu=workbook.ON_GPU)
+    kernel = translation.jit(fn, options or {})
+    signature = tuple(successor.argument_type(translation, t) for t in argtypes)
+    return translation.cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))[0]
+
+
+@needs_successor
+def test_a_chapter_kernel_compiles_with_its_16_byte_accesses():
+    from chapters.ch00_measuring import kernels as k
+
+    ptx = _ptx(*successor.source_of(k.copy_quads_kernel)[:1], float32[::1], float32[::1])
+    assert re.search(r"ld\.global(\.nc)?\.v4\.f32", ptx) and "st.global.v4.f32" in ptx
+
+
+@needs_successor
+def test_shared_quads_stay_in_shared_memory():
+    from numba import cuda
+
+    from workbook.memory import load4, shared_load4, shared_store4, store4
+
+    def kernel(a, b):
+        s = cuda.shared.array((4, 64), float32)
+        t = cuda.threadIdx.x * 4
+        shared_store4(s, t, load4(a, t))
+        cuda.syncthreads()
+        store4(b, t, shared_load4(s, t ^ 4))
+
+    ptx = _ptx(kernel, float32[:, ::1], float32[:, ::1])
+    assert "st.shared.v4.f32" in ptx and "ld.shared.v4.f32" in ptx  # not ld.global on a shared address
+
+
+@needs_successor
+def test_the_successors_gaps_are_mended():
+    from numba import cuda
+
+    high = np.uint64(0xFFFFFFFF00000000)
+
+    def kernel(words, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            words[i] = words[i] ^ high
+            out[i] = uint32(cuda.lanemask_lt())
+
+    ptx = _ptx(kernel, uint64[::1], uint32[::1])
+    assert "-4294967296" in ptx  # the constant, as the same 64 bits
+    assert "%laneid" in ptx
+
+
+@needs_successor
+def test_mma_and_ldmatrix_are_written_in_ptx():
+    from numba import cuda
+
+    from workbook.tensor_cores import cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_f16, pack_f16x2
+
+    def kernel(a, out):
+        s = cuda.shared.array(512, float16)
+        lane = cuda.threadIdx.x
+        cp_async16(s, lane * 8, a, lane * 8, 16)
+        cp_async_commit()
+        cp_async_wait(0)
+        cuda.syncthreads()
+        r = ldmatrix_x4(s, (lane % 16) * 16)
+        d = mma_f16(r, (r[0], r[1]), (0.0, 0.0, 0.0, 0.0))
+        out[lane] = pack_f16x2(d[0], d[1])
+
+    ptx = _ptx(kernel, float16[::1], uint32[::1])
+    for instruction in ("cp.async.cg.shared.global", "cp.async.wait_group 0", "ldmatrix.sync.aligned.m8n8.x4",
+                        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "cvt.rn.f16x2.f32"):
+        assert instruction in ptx, instruction

@@ -1,0 +1,412 @@
+"""numba-cuda and numba-cuda-mlir side by side on a GPU: `python -m workbook compilers [chNN ...]`.
+
+For each chapter, its tests run once with every launch compiled by the successor
+(WORKBOOK_COMPILER=numba-cuda-mlir, see successor.py), under this module as a pytest plugin. The
+plugin notes every kernel launched: the tests that launched it and whether they passed (the tests
+check every kernel against its NumPy reference, so a kernel is correct under the successor when
+every test that launched it passed), and its largest launch. When the tests end, each kernel's
+largest launch is timed under both compilers on the same buffers, interleaved (bench.time_interleaved:
+CUDA events, the GPU held until the call is queued, the L2 flushed before each call), and ptxas -v
+reads each compiler's PTX for registers and spilled bytes a thread. The test workers take their turn
+at the GPU one after the other, once all of them have finished their tests.
+
+The rows go to results/<device>/compilers.json, with the device stamp; `--table` prints them (and
+`python -m workbook table --readme` puts them in docs/compilers.md). What the timings are: one launch
+of the size the tests made, cold in the L2, GPU time; not a chapter's benchmark.
+"""
+
+import fcntl
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from numba import cuda
+
+from . import results, successor
+
+OUT = "WORKBOOK_COMPILERS_OUT"  # where the plugin writes (set by the command)
+# The rebuild's version (successor.py): a chapter measured with an older one says so in the tables.
+TRANSLATION = 2
+OLDER = {1: "measured with an older rebuild, which handed numba-cuda's inline='never' to the successor as "
+            "'never inline': every device function a real call. Its kernels passed their checks with that rebuild; measure again"}
+REPEATS = 11
+
+_kernels = {}  # (kernel, signature) -> what was seen of it
+_launched_now = set()
+
+
+# ---------------------------------------------------------------------------------------------
+# The plugin, in each test process
+
+
+def _name(dispatcher):
+    fn = dispatcher.py_func
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def _observe(dispatcher, args, launch_config):
+    import numpy as np
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    name = _name(dispatcher)
+    if not name.startswith("chapters."):
+        return  # the tests' own kernels and the workbook's helpers
+    signature = ", ".join(str(dispatcher.typeof_pyval(arg)) for arg in args)
+    key = (name, signature)
+    entry = _kernels.setdefault(key, {"passed": 0, "failed": 0, "error": None, "bytes": -1, "launch": None,
+                                      "dispatcher": dispatcher})
+    _launched_now.add(key)
+    size = sum(getattr(arg, "nbytes", 0) for arg in args)
+    replayable = all(isinstance(arg, DeviceNDArray) or not isinstance(arg, np.ndarray) for arg in args)
+    if replayable and size > entry["bytes"]:
+        entry["bytes"] = size
+        entry["launch"] = (tuple(args), launch_config.griddim, launch_config.blockdim, launch_config.sharedmem)
+
+
+def pytest_configure(config):
+    import workbook
+
+    if workbook.ON_GPU and _observe not in successor.observers:
+        successor.install(observed=True)
+        successor.observers.append(_observe)
+
+
+def pytest_runtest_setup(item):
+    _launched_now.clear()
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.failed:
+        for key in _launched_now:
+            entry = _kernels[key]
+            if report.failed:
+                entry["failed"] += 1
+                entry["error"] = entry["error"] or f"{report.nodeid}: {report.longreprtext[-1500:]}"
+            elif report.when == "call" and not report.skipped:
+                entry["passed"] += 1
+    if report.when == "teardown":
+        _launched_now.clear()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's: a worker reports itself finished after its rows are written
+def pytest_sessionfinish(session):
+    import workbook
+
+    out = os.environ.get(OUT)
+    if not (workbook.ON_GPU and out):
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    sizes = {repr(key): entry["bytes"] for key, entry in _kernels.items() if entry["launch"] is not None}
+    Path(out, f"sizes-{worker}.json").write_text(json.dumps(sizes))
+    Path(out, f"done-{worker}").touch()  # every worker says so, kernels or none
+    if not _kernels:
+        return
+    deadline = time.time() + 120
+    while len(list(Path(out).glob("done-*"))) < workers and time.time() < deadline:
+        time.sleep(0.5)  # every worker's tests are over: nothing else is on the GPU
+    largest = {}  # the worker with each (kernel, signature)'s largest launch times it
+    for path in sorted(Path(out).glob("sizes-*.json")):
+        for key, size in json.loads(path.read_text()).items():
+            if key not in largest or size > largest[key][0]:
+                largest[key] = (size, path.stem[len("sizes-"):])
+    with open(Path(out, "gpu.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker at the GPU at a time
+        rows = [_measure(key, entry, largest.get(repr(key), (None, None))[1] == worker)
+                for key, entry in sorted(_kernels.items(), key=lambda item: item[0])]
+    with open(Path(out, f"rows-{worker}.jsonl"), "w") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing and ptxas
+
+
+def _facts(ptx):
+    from . import compiler
+
+    try:
+        return compiler._ptx_facts(ptx, (9, 0))
+    except Exception as error:  # noqa: BLE001  (ptxas's message is the answer)
+        return {"error": f"{type(error).__name__}: {error}"[:500]}
+
+
+def _ptx_of(dispatcher, signature_text):
+    """The PTX a dispatcher holds for the signature launched (the only one, or the one whose text matches)."""
+    sources = dispatcher.inspect_asm()
+    if not isinstance(sources, dict):
+        return sources
+    wanted = signature_text.replace(" ", "")
+    for signature, text in sources.items():
+        if ",".join(str(t) for t in signature).replace(" ", "") == wanted:
+            return text
+    return next(iter(sources.values())) if len(sources) == 1 else None
+
+
+def _measure(key, entry, time_it=True):
+    from numba import cuda
+
+    from . import bench
+
+    name, signature = key
+    row = {"kernel": name, "signature": signature, "tests_passed": entry["passed"], "tests_failed": entry["failed"],
+           "correct": entry["failed"] == 0 and entry["passed"] > 0, "error": entry["error"], "bytes": entry["bytes"]}
+    dispatcher, launch = entry["dispatcher"], entry["launch"]
+    if launch is None or not row["correct"] or not time_it:
+        row["timed"] = False
+        return row
+    args, griddim, blockdim, sharedmem = launch
+    launcher = successor.launcher() or successor.Launcher()
+    try:
+        mlir = launcher.kernel(dispatcher)
+        mlir_args = [launcher.argument(arg) for arg in args]
+        stock_config = dispatcher.configure(griddim, blockdim, 0, sharedmem)
+
+        def stock():
+            successor._stock_call(dispatcher, args, stock_config)
+
+        def successor_launch():
+            mlir[griddim, blockdim, 0, sharedmem](*mlir_args)
+
+        functions = {successor.STOCK: stock, successor.NAME: successor_launch}
+        for function in functions.values():
+            function()  # compiled before anything is timed
+        cuda.synchronize()
+        times = bench.time_interleaved(functions, repeats=REPEATS, flush=True)
+        for which, values in times.items():
+            median = float(sorted(values)[len(values) // 2])
+            low, high = (float(v) for v in __import__("numpy").percentile(values, [25, 75]))
+            row[which] = {"median_ms": median, "spread_ms": [low, high]}
+        ratios = sorted(float(a / b) for a, b in zip(times[successor.NAME], times[successor.STOCK]))
+        row["time_ratio"] = {"median": ratios[len(ratios) // 2],
+                             "spread": [ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]]}
+        row["timed"] = True
+        for which, source in ((successor.STOCK, dispatcher), (successor.NAME, mlir)):
+            ptx = _ptx_of(source, signature)
+            row.setdefault(which, {}).update(_facts(ptx) if ptx else {"error": "no PTX for this signature"})
+    except Exception as error:  # noqa: BLE001  (recorded: the row says what went wrong)
+        row["timed"] = False
+        row["timing_error"] = f"{type(error).__name__}: {error}"[:1500]
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+def run(chapters, jobs=8, tests_only=False):
+    """Run each chapter's tests under the successor with the plugin; merge into compilers.json."""
+    import subprocess
+    import tempfile
+
+    import workbook
+
+    from . import report
+
+    if not workbook.ON_GPU:
+        print("`compilers` measures on a GPU. Without one, `WORKBOOK_COMPILER=numba-cuda-mlir python -m workbook "
+              "compile` compiles every kernel with the successor.")
+        return 2
+    reason = successor.missing()
+    if reason:
+        print(f"cannot compare: {reason}")
+        return 2
+    names = [c for c in chapters if c != "launch"]  # "launch": the launch overhead alone
+    wanted = list(dict.fromkeys(map(report.chapter_of, report.chapter_scripts(names)))) if names or not chapters else []
+    path = results.device_dir() / "compilers.json"
+    stored = json.loads(path.read_text()) if path.exists() else {"chapters": {}}
+    if not chapters or "launch" in chapters:
+        stored["launch"] = launch_overhead()
+        print("launch overhead:", json.dumps(stored["launch"]))
+        path.write_text(json.dumps(stored, indent=1) + "\n")
+    for chapter_id in wanted:
+        tests = sorted(str(p) for p in (results.ROOT / "tests").glob(f"test_{chapter_id}_*.py"))
+        if not tests:
+            continue
+        out = tempfile.mkdtemp(prefix=f"compilers-{chapter_id}-")
+        env = dict(os.environ, WORKBOOK_COMPILER=successor.NAME, **{OUT: out})
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "workbook.compilers",
+                               "-n", str(jobs), "-m", "not notebook", *tests], cwd=results.ROOT, env=env)
+        rows = _merged([json.loads(line) for p in sorted(Path(out).glob("rows-*.jsonl"))
+                        for line in p.read_text().splitlines()])
+        stored["chapters"][chapter_id] = {"rows": rows, "translation": TRANSLATION, "timing_rule": "largest launch",
+                                          "pytest_exit": done.returncode,
+                                          "seconds": round(time.perf_counter() - started, 1)}
+        stored["stamp"] = {**results.stamp(), "numba_cuda_mlir": _version()}
+        path.write_text(json.dumps(stored, indent=1) + "\n")
+        print(f"{chapter_id}: {len(rows)} kernels, pytest exit {done.returncode}, "
+              f"{stored['chapters'][chapter_id]['seconds']} s -> {path}")
+    return 0
+
+
+def _axpy(a, x, y, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + y[i]
+
+
+def launch_overhead(samples=7, calls=200):
+    """What one launch of a small kernel (three arrays and a scalar, chapter 07's case) costs its
+    host under each compiler, microseconds a launch [25th-75th percentile of `samples` loops of
+    `calls` launches queued while the GPU is held]: numba-cuda's `kernel[grid, block](...)`; the
+    successor's, on its own device arrays; and the successor's as the workbook routes it
+    (WORKBOOK_COMPILER=numba-cuda-mlir: numba's arrays and stream handed over at each launch)."""
+    import numpy as np
+
+    from . import bench
+
+    launcher = successor.Launcher()
+    mlir_cuda = launcher.translation.cuda
+    stock = cuda.jit(_axpy)
+    mlir = launcher.kernel(stock)
+    n = 1 << 12
+    x, y, out = (cuda.to_device(np.ones(n, np.float32)) for _ in range(3))
+    mx, my, mout = (mlir_cuda.to_device(np.ones(n, np.float32)) for _ in range(3))
+    grid, block = n // 256, 256
+    ways = {"numba-cuda": lambda: stock[grid, block](np.float32(2), x, y, out),
+            "numba-cuda-mlir, its own arrays": lambda: mlir[grid, block](np.float32(2), mx, my, mout),
+            "numba-cuda-mlir, as the workbook routes it": lambda: launcher.launch(stock, (np.float32(2), x, y, out),
+                                                                                   (grid,), (block,), 0, 0)}
+    for way in ways.values():
+        way()  # compiled
+    cuda.synchronize()
+    measured = {}
+    for way, function in ways.items():
+        values = [bench.host_cost_us(function, calls=calls) for _ in range(samples)]
+        measured[way] = {"host_us": float(np.median(values)),
+                         "spread_us": [float(v) for v in np.percentile(values, [25, 75])]}
+    return measured
+
+
+def _merged(rows):
+    """One row per (kernel, signature) from the workers' rows: the tests of all of them counted, the
+    timing of the one that timed it."""
+    merged = {}
+    for row in rows:
+        key = (row["kernel"], row["signature"])
+        if key not in merged:
+            merged[key] = row
+            continue
+        kept = merged[key]
+        if row.get("timed") and not kept.get("timed"):
+            row, kept = kept, row
+            merged[key] = kept
+        kept["tests_passed"] += row["tests_passed"]
+        kept["tests_failed"] += row["tests_failed"]
+        kept["error"] = kept["error"] or row["error"]
+        kept["correct"] = kept["tests_failed"] == 0 and kept["tests_passed"] > 0
+    return [merged[key] for key in sorted(merged)]
+
+
+def _version():
+    from importlib.metadata import version
+
+    return version("numba-cuda-mlir")
+
+
+# ---------------------------------------------------------------------------------------------
+# The tables (results/<device>/COMPILERS.md, and the summary in docs/compilers.md)
+
+SLOWER = 1.10  # "more than 10% slower": the kernels EXPERIMENTS.md must explain
+
+
+def _short(kernel):
+    return kernel.replace("chapters.", "").replace(".<locals>.", ":")
+
+
+def chapter_summary(stored):
+    """[(chapter, kernels, correct, timed, median ratio, slower than SLOWER, spilling more)] per chapter."""
+    import numpy as np
+
+    rows = []
+    for chapter_id, chapter in sorted(stored.get("chapters", {}).items()):
+        kernels = chapter["rows"]
+        ratios = [r["time_ratio"]["median"] for r in kernels if r.get("timed")]
+        slower = [r for r in kernels if r.get("timed") and r["time_ratio"]["spread"][0] > SLOWER]
+        spills = [r for r in kernels if r.get("timed")
+                  and (r[NAME_MLIR].get("spill_bytes") or 0) > (r[NAME_STOCK].get("spill_bytes") or 0)]
+        rows.append((chapter_id, len(kernels), sum(r["correct"] for r in kernels), len(ratios),
+                     float(np.median(ratios)) if ratios else None, len(slower), len(spills)))
+    return rows
+
+
+NAME_STOCK, NAME_MLIR = successor.STOCK, successor.NAME
+
+
+def markdown(stored):
+    """(summary table, every kernel's table, stamp line) in Markdown."""
+    lines = ["| chapter | kernels (by signature) | correct under numba-cuda-mlir | timed | time, successor / numba-cuda "
+             "(median) | more than 10% slower | spilling more |", "|---|---|---|---|---|---|---|"]
+    for chapter_id, total, correct, timed, ratio, slower, spills in chapter_summary(stored):
+        lines.append(f"| {chapter_id} | {total} | {correct} | {timed} | {'-' if ratio is None else f'{ratio:.2f}'} | "
+                     f"{slower} | {spills} |")
+    summary = "\n".join(lines)
+    older = sorted({c.get("translation", 1) for c in stored.get("chapters", {}).values()} - {TRANSLATION})
+    for version in older:
+        chapters = [k for k, c in sorted(stored["chapters"].items()) if c.get("translation", 1) == version]
+        summary += f"\n\n{', '.join(chapters)}: {OLDER[version]}."
+    anyone = [k for k, c in sorted(stored.get("chapters", {}).items()) if c.get("timing_rule") == "any launch"]
+    if anyone:
+        summary += (f"\n\n{', '.join(anyone)}: each kernel timed at one launch of the tests, not yet the largest "
+                    "one (measured before that rule).")
+    full = ["| kernel | signature | correct | numba-cuda ms [spread] | numba-cuda-mlir ms [spread] | ratio [spread] | "
+            "registers | spilled bytes |", "|---|---|---|---|---|---|---|---|"]
+    for chapter_id, chapter in sorted(stored.get("chapters", {}).items()):
+        for r in chapter["rows"]:
+            cells = [_short(r["kernel"]), r["signature"].replace("array(", "").replace(", C)", "")[:60],
+                     "yes" if r["correct"] else f"**no** ({(r.get('error') or '').splitlines()[-1][:80] if r.get('error') else 'not launched by a passing test'})"]
+            if r.get("timed"):
+                s, m = r[NAME_STOCK], r[NAME_MLIR]
+                cells += [f"{s['median_ms'] * 1e3:.1f} us [{s['spread_ms'][0] * 1e3:.1f}-{s['spread_ms'][1] * 1e3:.1f}]",
+                          f"{m['median_ms'] * 1e3:.1f} us [{m['spread_ms'][0] * 1e3:.1f}-{m['spread_ms'][1] * 1e3:.1f}]",
+                          f"{r['time_ratio']['median']:.2f} [{r['time_ratio']['spread'][0]:.2f}-"
+                          f"{r['time_ratio']['spread'][1]:.2f}]",
+                          f"{s.get('registers')} / {m.get('registers')}", f"{s.get('spill_bytes')} / {m.get('spill_bytes')}"]
+            else:
+                cells += ["-"] * 5
+            full.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    stamp = stored.get("stamp", {})
+    stamp_line = (f"{stamp.get('device')}, driver {stamp.get('device_facts', {}).get('driver')}, numba-cuda "
+                  f"{stamp.get('numba_cuda')}, numba-cuda-mlir {stamp.get('numba_cuda_mlir')}, numpy {stamp.get('numpy')}, "
+                  f"{stamp.get('date')}")
+    return summary, "\n".join(full), stamp_line
+
+
+def launch_markdown(stored):
+    """The launch-overhead table (launch_overhead), or a line saying it was not measured."""
+    launch = stored.get("launch")
+    if not launch:
+        return "(the launch overhead was not measured: `python -m workbook compilers launch`)"
+    lines = ["What one launch of a small kernel (three arrays and a scalar) costs its host, as chapter 07 "
+             "measures it:", "", "| launch | host us a launch [spread] |", "|---|---|"]
+    for way, figures in launch.items():
+        lines.append(f"| {way} | {figures['host_us']:.1f} [{figures['spread_us'][0]:.1f}-{figures['spread_us'][1]:.1f}] |")
+    return "\n".join(lines)
+
+
+COMPILERS_BEGIN, COMPILERS_END = "<!-- compilers:begin -->", "<!-- compilers:end -->"
+
+
+def write_tables(slug):
+    """results/<slug>/COMPILERS.md and the summary in docs/compilers.md, from compilers.json."""
+    path = results.RESULTS / slug / "compilers.json"
+    if not path.exists():
+        return
+    stored = json.loads(path.read_text())
+    summary, full, stamp = markdown(stored)
+    launch = launch_markdown(stored)
+    (results.RESULTS / slug / "COMPILERS.md").write_text(
+        f"# numba-cuda and numba-cuda-mlir on {slug}\n\n(generated by `python -m workbook table --readme` from "
+        f"compilers.json, written by `python -m workbook compilers`)\n\n{stamp}\n\n{summary}\n\n{launch}\n\n"
+        f"Every kernel, by signature (time: one launch of the tests' largest size, L2 flushed):\n\n{full}\n")
+    doc = results.ROOT / "docs" / "compilers.md"
+    before, rest = doc.read_text().split(COMPILERS_BEGIN, 1)
+    _, after = rest.split(COMPILERS_END, 1)
+    doc.write_text(f"{before}{COMPILERS_BEGIN}\n(generated by `python -m workbook table --readme` from "
+                   f"results/{slug}/compilers.json: {stamp})\n\n{summary}\n\n{launch}\n{COMPILERS_END}{after}")
+    return True

@@ -1,0 +1,372 @@
+"""numba-cuda-mlir, numba-cuda's successor, as a second compiler for the same kernel source.
+
+numba-cuda is in maintenance mode (NVIDIA/numba-cuda#902); its successor, numba-cuda-mlir, reads
+the same Python (`from numba_cuda_mlir import cuda` in place of `from numba import cuda`) and lowers
+it through MLIR. The workbook's kernels stay written for numba-cuda; this module rebuilds any of
+them for the successor from its Python function, without a copy of the source:
+
+    WORKBOOK_COMPILER=numba-cuda        every kernel compiled by numba-cuda (the default)
+    WORKBOOK_COMPILER=numba-cuda-mlir   on a GPU, every launch runs the successor's build of the
+                                        kernel; in the simulator, the compile check of each launch
+                                        (workbook/compiler.py) uses the successor instead
+
+How a kernel is rebuilt (`Translation.jit`): the same code object, with the globals and closure
+values it reads swapped for the successor's: the `cuda` module, numba's types, the device functions
+it calls (rebuilt the same way), and the workbook's intrinsics (memory.py, tensor_cores.py,
+barrier.py), which `successor_intrinsics.py` writes again on the successor's own features (vector
+loads and stores, inline PTX). A launch hands the successor numba's device arrays and streams as
+the successor's own (the same memory: `__cuda_array_interface__`, the same stream handle).
+
+The two compilers differ (WORKAROUNDS below, each with the upstream issue it mirrors):
+`cuda.grid(1)` is int32 under the successor (int64 under numba-cuda), `ballot_sync` and
+`match_any_sync` return uint32, `fastmath` is all or nothing. The simulator models numba-cuda's
+types; a kernel that is right under both does not depend on them.
+"""
+
+import types as _py
+
+from .device import STOCK_COMPILER as STOCK
+from .device import SUCCESSOR as NAME
+from .device import choose_compiler as chosen
+
+VARIABLE = "WORKBOOK_COMPILER"
+
+# What the successor does otherwise, or not yet, and what the rebuild does about it: (what, where
+# it is tracked upstream or "by design", what the workbook does). One place, so that a fix upstream
+# is one line here.
+WORKAROUNDS = (
+    ("fastmath takes True or False, not numba-cuda's set of flags ({'contract', 'afn'})", "by design",
+     "a set of flags becomes fastmath=True"),
+    ("inline=True is spelled inline='always', and inline='never' (numba-cuda's default, about numba's IR "
+     "only) forbids any inlining: every device function a real call", "by design",
+     "'never' is left out, True becomes 'always'"),
+    ("a numba-cuda device array passed to a successor kernel is typed with numba-cuda's own types and "
+     "refused ('expected a type instance')", "by design: two type systems",
+     "each array argument is handed over as the successor's view of the same memory"),
+    ("numba-cuda's Stream is refused ('Unsupported stream type Stream')", "by design",
+     "the stream is handed over by its handle (cuda.external_stream)"),
+    ("vector types stop at 4 elements: 8 halves in one 16-byte access cannot be taken apart",
+     "NVIDIA/numba-cuda-mlir: vector getitem",
+     "load16/store16 of a 16-bit dtype use two 8-byte accesses"),
+    ("an unsigned 64-bit constant of 2^63 or more (np.uint64(0xFFFFFFFF00000000)) crashes the lowering "
+     "(RuntimeError: std::bad_cast)", "NVIDIA/numba-cuda-mlir: IntegerAttr from a Python int",
+     "successor._patch hands MLIR the same bits as a signed value"),
+    ("a device function that declares a shared array and returns a tuple fails to compile "
+     "('memref.get_global' op 'static_shared_memory_1' does not reference a valid global memref)",
+     "NVIDIA/numba-cuda-mlir: shared arrays of outlined device functions",
+     "a device function that declares a shared array is inlined into its caller (inline='always')"),
+    ("cuda.lanemask_lt is typed but has no lowering ('No definition for lowering')",
+     "NVIDIA/numba-cuda-mlir: lanemask_lt",
+     "successor_intrinsics lowers it as (1 << laneid) - 1 (its NVVM translation has no "
+     "nvvm.read.ptx.sreg.lanemask.lt, and its inline PTX cannot name a special register)"),
+    ("a shared array handed to an overload's body (the intrinsics of successor_intrinsics.py) is taken for "
+     "global memory: ld.global.nc on a shared address, an illegal address", "NVIDIA/numba-cuda-mlir: "
+     "address space of overload arguments", "shared_load4/shared_store4 are written in PTX on the array's "
+     "address (cvta.to.shared)"),
+    ("inline_ptx numbers its operands %0..%9 only: '%1' also rewrites '%10'", "NVIDIA/numba-cuda-mlir",
+     "operands from the tenth on are written as the placeholders the lowering produces ({$r10})"),
+)
+
+
+def missing():
+    """Why the successor cannot be used here, or None."""
+    try:
+        import numba_cuda_mlir  # noqa: F401
+    except ImportError as error:
+        return f"numba-cuda-mlir is not installed (pip install numba-cuda-mlir): {error}"
+    return None
+
+
+def successor_cuda(gpu):
+    """The successor's `cuda` module. Without a GPU its compiler would ask the driver for the
+    device's capability: it is told 9.0, the capability the workbook compiles for first."""
+    if not gpu:
+        import numba_cuda_mlir.tools as tools
+
+        if getattr(tools, "_cached_cc", None) is None:
+            tools._cached_cc = (9, 0)
+    from numba_cuda_mlir import cuda
+
+    _patch()
+    return cuda
+
+
+_patched = []
+
+
+def _patch():
+    """The successor's bugs that a kernel's source cannot avoid, mended in place (WORKAROUNDS)."""
+    if _patched:
+        return
+    from numba_cuda_mlir._mlir import ir
+    from numba_cuda_mlir._mlir.dialects import arith
+
+    stock_constant = arith.constant
+
+    def constant(result, value, *args, **kwargs):
+        # An unsigned constant of 2^63 or more (np.uint64(0xFFFFFFFF00000000)) is handed to MLIR's
+        # IntegerAttr as a Python int too large for a signed 64-bit one: std::bad_cast. The same bits
+        # as a signed value are the same constant (MLIR's integers have no sign).
+        if isinstance(value, int) and not isinstance(value, bool) and isinstance(result, ir.IntegerType):
+            width = result.width
+            if 1 << (width - 1) <= value < 1 << width:
+                value -= 1 << width
+        return stock_constant(result, value, *args, **kwargs)
+
+    arith.constant = constant
+    from . import successor_intrinsics  # noqa: F401  (registers the lowering of cuda.lanemask_lt)
+
+    _patched.append(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rebuilding a kernel for the successor
+
+
+class Deferred:
+    """A device function not yet built by any compiler (the compile worker's payloads hold these)."""
+
+    def __init__(self, fn, options):
+        self.fn, self.options = fn, options
+
+
+def _options(options):
+    """numba-cuda's cuda.jit options, as the successor's jit takes them."""
+    kept = {}
+    for key, value in options.items():
+        if value is None:
+            continue  # numba-cuda's "not set"; the successor takes the option's type only
+        if key in ("fastmath", "debug", "lineinfo", "device", "forceinline"):
+            value = bool(value)  # numba-cuda keeps some as 0/1, or fastmath as a set of flags
+        elif key == "inline":
+            # numba-cuda's inline (default "never") is about numba's IR: LLVM still inlines. The
+            # successor's "never" forbids inlining altogether (every call a real call): left out,
+            # but for "always"
+            if value not in (True, "always"):
+                continue
+            value = "always"
+        elif key not in ("launch_bounds", "max_registers", "opt"):
+            continue
+        kept[key] = value
+    return kept
+
+
+def source_of(value):
+    """(python function, jit options) of a kernel or device function from either side, else None:
+    numba-cuda's dispatcher, the simulator's fake kernel, or a Deferred."""
+    if isinstance(value, Deferred):
+        return value.fn, dict(value.options)
+    fn = getattr(value, "py_func", None)
+    if fn is not None and hasattr(value, "targetoptions") and type(value).__module__.startswith("numba.cuda"):
+        return fn, dict(value.targetoptions)
+    if type(value).__name__ == "CPUDispatcher" and fn is not None:  # the simulator's numba.cuda.random
+        return fn, {"device": True}
+    if type(value).__name__ == "FakeCUDAKernel":
+        options = {"fastmath": value._fastmath}
+        if value._device:
+            options["device"] = True
+        if getattr(value, "_forceinline", False):
+            options["forceinline"] = True
+        return value.fn, options
+    return None
+
+
+class Translation:
+    """Builds numba-cuda kernels again with the successor. One per process: a device function is
+    rebuilt once and shared by every kernel that calls it."""
+
+    def __init__(self, gpu):
+        self.cuda = successor_cuda(gpu)
+        from numba_cuda_mlir import types
+
+        self.types = types
+        self.built = {}  # id(python function) -> (the function, the successor's dispatcher)
+        self._intrinsics = None
+
+    def jit(self, fn, options):
+        """The successor's dispatcher for this python function (a kernel or, device=True, a device function)."""
+        entry = self.built.get(id(fn))
+        if entry is not None and entry[0] is fn:
+            return entry[1]
+        closure = None
+        if fn.__closure__:
+            closure = tuple(_cell(self.value(cell.cell_contents)) for cell in fn.__closure__)
+        names = set(_names(fn.__code__))
+        env = dict(fn.__globals__)
+        from . import successor_intrinsics
+
+        for name in names & env.keys():
+            own = successor_intrinsics.BY_NAME.get(f"{fn.__module__}.{name}")  # a chapter's own intrinsic
+            env[name] = own if own is not None else self.value(env[name])
+        rebuilt = _py.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, closure)
+        rebuilt.__qualname__, rebuilt.__module__ = fn.__qualname__, fn.__module__
+        rebuilt.__kwdefaults__, rebuilt.__doc__ = fn.__kwdefaults__, fn.__doc__
+        options = _options(options)
+        if options.get("device") and "shared" in set(_names(fn.__code__)):
+            options["inline"] = "always"  # WORKAROUNDS: a device function's shared array, inlined by numba's IR
+        dispatcher = self.cuda.jit(**options)(rebuilt)
+        self.built[id(fn)] = (fn, dispatcher)
+        return dispatcher
+
+    def value(self, value):
+        """What a global or closure value of a numba-cuda kernel is for the successor."""
+        if isinstance(value, _py.ModuleType):
+            return self._module(value)
+        if isinstance(value, tuple):
+            return tuple(self.value(item) for item in value)
+        intrinsics = self.intrinsics()
+        if id(value) in intrinsics:
+            return intrinsics[id(value)]
+        source = source_of(value)
+        if source is not None:
+            return self.jit(*source)
+        kind = type(value)
+        if kind.__module__.startswith("numba.core.types") or kind.__module__.startswith("numba.cuda.types"):
+            return getattr(self.types, str(value), value)
+        if kind.__name__ == "VectorType" or kind.__module__ == "numba.cuda.simulator.vector_types":
+            return getattr(self.cuda, getattr(value, "__name__", str(value)), value)
+        if isinstance(value, type) and value.__module__ == "numba.cuda.simulator.vector_types":
+            return getattr(self.cuda, value.__name__, value)
+        return value
+
+    def _module(self, module):
+        name = module.__name__
+        if name in ("numba.cuda", "numba.cuda.simulator", "numba.cuda.simulator.api") or \
+                name.startswith("numba.cuda.simulator"):
+            return self.cuda
+        if name == "numba":
+            return self.types  # numba.uint64(...) and the like, in kernels
+        if name.startswith("numba.cuda."):
+            import importlib
+
+            try:
+                return importlib.import_module("numba_cuda_mlir.cuda." + name[len("numba.cuda."):])
+            except ImportError:
+                return module
+        return module
+
+    def intrinsics(self):
+        """id(the workbook's intrinsic, as this process has it) -> the successor's."""
+        if self._intrinsics is None:
+            from . import barrier, memory, successor_intrinsics, tensor_cores
+
+            table = {}
+            for module in (memory, tensor_cores, barrier):
+                for name in successor_intrinsics.NAMES:
+                    ours = getattr(module, name, None)
+                    if ours is not None:
+                        table[id(ours)] = getattr(successor_intrinsics, name)
+            self._intrinsics = table
+        return self._intrinsics
+
+
+def _cell(value):
+    return (lambda: value).__closure__[0]
+
+
+def _names(code):
+    """Every global name a code object (and the code nested in it) reads."""
+    yield from code.co_names
+    for constant in code.co_consts:
+        if isinstance(constant, _py.CodeType):
+            yield from _names(constant)
+
+
+# ---------------------------------------------------------------------------------------------
+# Types and launches
+
+
+def argument_type(translation, numba_type):
+    """A numba-cuda type of a launch argument as the successor's type (for compile_ptx)."""
+    types = translation.types
+    name = type(numba_type).__name__
+    if name == "Array":
+        return types.Array(argument_type(translation, numba_type.dtype), numba_type.ndim, numba_type.layout,
+                           readonly=not numba_type.mutable)
+    if name in ("UniTuple", "Tuple"):
+        return types.Tuple([argument_type(translation, t) for t in numba_type])
+    if name == "Record":
+        from numba.np.numpy_support import as_dtype
+        from numba_cuda_mlir.numba_cuda.np.numpy_support import from_dtype
+
+        return from_dtype(as_dtype(numba_type))
+    mapped = getattr(types, str(numba_type), None)
+    if mapped is None:
+        raise TypeError(f"no successor type for the argument type {numba_type}")
+    return mapped
+
+
+class Launcher:
+    """On a GPU: numba-cuda's launches, run by the successor's build of each kernel."""
+
+    def __init__(self):
+        self.translation = Translation(gpu=True)
+        self.streams = {}
+
+    def kernel(self, dispatcher):
+        return self.translation.jit(dispatcher.py_func, dispatcher.targetoptions)
+
+    def argument(self, value):
+        cuda = self.translation.cuda
+        if hasattr(value, "__cuda_array_interface__") and not type(value).__module__.startswith("numba_cuda_mlir"):
+            return cuda.from_cuda_array_interface(value.__cuda_array_interface__, owner=value, sync=False)
+        if isinstance(value, tuple):
+            return tuple(self.argument(item) for item in value)
+        return value
+
+    def stream(self, stream):
+        if not stream:
+            return 0
+        handle = getattr(stream, "handle", stream)
+        handle = int(getattr(handle, "value", handle) or 0)
+        if handle == 0:
+            return 0
+        if handle not in self.streams:
+            self.streams[handle] = self.translation.cuda.external_stream(handle)
+        return self.streams[handle]
+
+    def launch(self, dispatcher, args, griddim, blockdim, stream, sharedmem):
+        kernel = self.kernel(dispatcher)
+        converted = [self.argument(arg) for arg in args]
+        kernel[griddim, blockdim, self.stream(stream), sharedmem](*converted)
+        return kernel
+
+
+_launcher = None
+_stock_call = None
+observers = []  # functions (dispatcher, args, launch_config) called before each launch
+
+
+def install(observed=False):
+    """On a GPU: route every numba-cuda launch through the successor when WORKBOOK_COMPILER names it
+    (`import workbook` calls this), and, observed=True, tell `observers` about each launch under
+    either compiler (compilers.py). Under numba-cuda and unobserved, launches are left as they are.
+    Idempotent."""
+    global _stock_call, _launcher
+    from numba.cuda import dispatcher as numba_dispatcher
+
+    successor = chosen() == NAME
+    if _stock_call is not None or not (successor or observed):
+        return
+    _stock_call = numba_dispatcher.CUDADispatcher.call
+    if successor:
+        reason = missing()
+        if reason:
+            raise RuntimeError(f"{VARIABLE}={NAME}, but {reason}")
+        _launcher = Launcher()
+
+    def call(self, args, launch_config):
+        for observer in observers:  # before the launch: one that fails is seen too
+            observer(self, args, launch_config)
+        if _launcher is None or self.py_func.__module__.startswith("workbook."):
+            return _stock_call(self, args, launch_config)  # the workbook's own (bench.held's spin) stay numba-cuda's
+        _launcher.launch(self, args, launch_config.griddim, launch_config.blockdim, launch_config.stream,
+                         launch_config.sharedmem)
+        return None
+
+    numba_dispatcher.CUDADispatcher.call = call
+
+
+def launcher():
+    """The active Launcher, or None under numba-cuda."""
+    return _launcher
