@@ -38,6 +38,9 @@ compile mode) gets their GPU versions: workbook/memory.py's intrinsics, chapter 
 
     WORKBOOK_COMPILE=auto   compile when the compiler is installed (the default; says once if not)
     WORKBOOK_COMPILE=0      never (a launch costs no compile)
+    WORKBOOK_COMPILER=numba-cuda-mlir
+                            compile with the successor compiler instead (successor.py): the worker
+                            rebuilds each kernel for it, for 9.0 (sm_90a for wgmma) and 7.5
     WORKBOOK_COMPILE_LOG=D  also append one JSON line per compile to D/compile-<pid>.jsonl
                             (read by `python -m workbook compile`)
 
@@ -469,6 +472,9 @@ def _compile_successor(payload, argtypes, ccs):
         raise KernelRejected(f"{type(error).__name__} rebuilding the kernel for {successor.NAME}: {error}") from error
 
     def ptx_for(cc):
+        if getattr(kernel, "_workbook_sm_90a", False):  # built for sm_90a by its own options (chip)
+            kernel.compile(signature)
+            return kernel.inspect_asm(signature)
         return translation.cuda.compile_ptx(kernel.py_func, signature, cc=tuple(cc[:2]))[0]
 
     targets, needs = _build(ptx_for, [tuple(cc) for cc in ccs], assemble=[tuple(ccs[0])])

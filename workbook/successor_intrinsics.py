@@ -31,7 +31,10 @@ NAMES = ("load4", "store4", "shared_load4", "shared_store4", "load16", "store16"
          "arrive", "arrived",
          "mma_f16", "mma_bf16", "mma_tf32", "to_tf32", "pack_f16x2", "pack_bf16x2",
          "ldmatrix_x1", "ldmatrix_x2", "ldmatrix_x4", "ldmatrix_x1_trans", "ldmatrix_x2_trans", "ldmatrix_x4_trans",
-         "cp_async16", "cp_async_commit", "cp_async_wait", "shared_address")
+         "cp_async16", "cp_async_commit", "cp_async_wait", "shared_address",
+         "wgmma_f16", "wgmma_tf32", "wgmma_f16_from_registers", "wgmma_fence", "wgmma_commit", "wgmma_wait",
+         "fence_proxy_async")
+WGMMA = frozenset(NAMES[-7:])  # the instructions of sm_90a alone: a kernel using one is built for it
 
 
 def _stub(name):
@@ -47,7 +50,8 @@ load4, store4, shared_load4, shared_store4, load16, store16, atomic_add4 = (
 arrive, arrived = _stub("arrive"), _stub("arrived")
 (mma_f16, mma_bf16, mma_tf32, to_tf32, pack_f16x2, pack_bf16x2, ldmatrix_x1, ldmatrix_x2, ldmatrix_x4,
  ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans, cp_async16, cp_async_commit, cp_async_wait,
- shared_address) = (_stub(n) for n in NAMES[9:])
+ shared_address, wgmma_f16, wgmma_tf32, wgmma_f16_from_registers, wgmma_fence, wgmma_commit, wgmma_wait,
+ fence_proxy_async) = (_stub(n) for n in NAMES[9:])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,11 +365,96 @@ def _cp_async_commit():
     return body
 
 
-@overload(cp_async_wait)
+@overload(cp_async_wait, prefer_literal=True)  # the count is an immediate: typed as its literal
 def _cp_async_wait(n):
     if not isinstance(n, types.IntegerLiteral):  # PTX takes the count as an immediate
         return None
     text = f"cp.async.wait_group {n.literal_value};"
+
+    def body(n):
+        cuda.experimental.inline_ptx(text)
+
+    return body
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor_cores.py: wgmma (sm_90a). The accumulator is a thread's 64 float32 of a local array. An
+# inline_ptx call cannot take them as 64 operands: Python 3.11 and later pass more than 30
+# arguments to a call as one tuple, whose strings the successor no longer sees as literals
+# (successor.WORKAROUNDS). So the asm block takes the array's address: it loads the 64 values, issues
+# the wgmma, waits for it, and stores them back. Correct, but each wgmma waits for itself, and the
+# accumulator lives in local memory: none of numba-cuda's overlap of a wgmma with the next one.
+# These are built for sm_90a (the overload's own compile too: jit_options).
+
+_N = 64  # WGMMA_ACCUMULATORS
+_SM_90A = {"chip": "sm_90a"}
+
+
+def _wgmma_text(instruction, operands, tail):
+    registers = ",".join(f"d{i}" for i in range(_N))
+    loads = " ".join(f"ld.f32 d{i}, [%0+{4 * i}];" for i in range(_N))
+    stores = " ".join(f"st.f32 [%0+{4 * i}], d{i};" for i in range(_N))
+    return (f"{{ .reg .f32 d<{_N}>; {loads} wgmma.fence.sync.aligned; {instruction} {{{registers}}}, {operands}, "
+            f"{tail}; wgmma.commit_group.sync.aligned; wgmma.wait_group.sync.aligned 0; {stores} }}")
+
+
+def _accumulator_ok(acc):
+    return isinstance(acc, types.Array) and acc.dtype == types.float32 and acc.ndim == 1
+
+
+def _define_wgmma(stub, instruction, tail):
+    text = _wgmma_text(instruction, "%1, %2", tail)
+
+    @overload(stub, jit_options=_SM_90A, inline="always")
+    def typed(acc, desc_a, desc_b):
+        if not (_accumulator_ok(acc) and isinstance(desc_a, types.Integer) and isinstance(desc_b, types.Integer)):
+            return None
+
+        def body(acc, desc_a, desc_b):
+            cuda.experimental.inline_ptx(text, "l", acc.ctypes.data, "l", types.int64(desc_a),
+                                         "l", types.int64(desc_b))
+
+        return body
+
+
+_define_wgmma(wgmma_f16, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "1, 1, 1, 0, 0")
+_define_wgmma(wgmma_tf32, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", "1, 1, 1")
+# A from registers, B transposed (N-major): scale-d, -a, -b 1, tnspB 1
+_FROM_REGISTERS = _wgmma_text("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "{%1,%2,%3,%4}, %5", "1, 1, 1, 1")
+
+
+@overload(wgmma_f16_from_registers, jit_options=_SM_90A, inline="always")
+def _wgmma_f16_from_registers(acc, a, desc_b):
+    if not (_accumulator_ok(acc) and _tuple_of(a, 4, types.Integer) and isinstance(desc_b, types.Integer)):
+        return None
+
+    def body(acc, a, desc_b):
+        cuda.experimental.inline_ptx(_FROM_REGISTERS, "l", acc.ctypes.data, "r", types.int32(a[0]),
+                                     "r", types.int32(a[1]), "r", types.int32(a[2]), "r", types.int32(a[3]),
+                                     "l", types.int64(desc_b))
+
+    return body
+
+
+def _define_fixed(stub, text):
+    @overload(stub, jit_options=_SM_90A, inline="always")
+    def typed():
+        def body():
+            cuda.experimental.inline_ptx(text)
+
+        return body
+
+
+_define_fixed(wgmma_fence, "wgmma.fence.sync.aligned;")
+_define_fixed(wgmma_commit, "wgmma.commit_group.sync.aligned;")
+_define_fixed(fence_proxy_async, "fence.proxy.async.shared::cta;")
+
+
+@overload(wgmma_wait, prefer_literal=True, jit_options=_SM_90A, inline="always")  # the count is an immediate: typed as its literal
+def _wgmma_wait(n):
+    if not isinstance(n, types.IntegerLiteral):
+        return None
+    text = f"wgmma.wait_group.sync.aligned {n.literal_value};"
 
     def body(n):
         cuda.experimental.inline_ptx(text)
