@@ -172,3 +172,29 @@ def test_mma_and_ldmatrix_are_written_in_ptx():
     for instruction in ("cp.async.cg.shared.global", "cp.async.wait_group 0", "ldmatrix.sync.aligned.m8n8.x4",
                         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "cvt.rn.f16x2.f32"):
         assert instruction in ptx, instruction
+
+
+@needs_successor
+def test_a_wgmma_kernel_is_built_for_sm_90a():
+    from numba import cuda
+
+    from workbook.tensor_cores import WGMMA_ACCUMULATORS, wgmma_commit, wgmma_f16, wgmma_fence, wgmma_wait
+
+    def kernel(out, desc_a, desc_b):
+        acc = cuda.local.array(WGMMA_ACCUMULATORS, float32)
+        for i in range(WGMMA_ACCUMULATORS):
+            acc[i] = 0.0
+        wgmma_fence()
+        wgmma_f16(acc, desc_a, desc_b)
+        wgmma_commit()
+        wgmma_wait(0)
+        out[cuda.threadIdx.x] = acc[0]
+
+    translation = successor.Translation(gpu=workbook.ON_GPU)
+    built = translation.jit(kernel, {})
+    assert built._workbook_sm_90a
+    signature = (successor.argument_type(translation, float32[::1]), translation.types.uint64,
+                 translation.types.uint64)
+    built.compile(signature)
+    ptx = built.inspect_asm(signature)
+    assert ".target sm_90a" in ptx and "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in ptx
