@@ -27,10 +27,16 @@ from . import ON_GPU
 from .device import SUCCESSOR, choose_compiler
 
 
+def prepared():
+    """Are launches prepared here (packed once, handed to the driver)? On a GPU under numba-cuda. Not
+    in the simulator (no driver), nor where every launch is the successor compiler's
+    (WORKBOOK_COMPILER=numba-cuda-mlir, successor.py: it packs its own arguments): there a
+    PreparedLaunch is kernel[grid, block](*args) and a LaunchCache keeps nothing."""
+    return ON_GPU and choose_compiler() != SUCCESSOR
+
+
 def _plain():
-    """Launch as kernel[grid, block](*args): in the simulator (no driver), and where every launch is
-    the successor compiler's (WORKBOOK_COMPILER=numba-cuda-mlir, successor.py: it packs its own arguments)."""
-    return not ON_GPU or choose_compiler() == SUCCESSOR
+    return not prepared()
 
 
 def cdiv(a, b):

@@ -75,10 +75,10 @@ WORKAROUNDS = (
 
 # What is not mended yet: (what fails, where it shows, what would mend it).
 UNMENDED = (
-    ("sixteen float16 values widened to float32 and reduced with max() in a loop: NVVM 7 (the successor's "
-     "back end) answers 'unsupported operation'", "chapter 06's 16-byte float16 row kernels (softmax, "
-     "cross-entropy): rows._row_kernels(..., width=8)", "not found: not the optimizer (opt_level 1 fails "
-     "too), not the loads (scalar loads fail too)"),
+    ("float16 values widened to float32 and reduced with max() in a loop (sixteen a trip): NVVM 7, the "
+     "successor's back end, answers 'unsupported operation'", "chapter 06's float16 softmax and cross-entropy "
+     "kernels (rows._row_kernels(..., width=8), several warp_softmax variants)", "not found yet: not the "
+     "optimizer (opt_level 1 fails too), not the loads (scalar loads fail too)"),
     ("a typed pointer to float16: the successor makes typed pointers through ctypes, which has no half type",
      "chapter 03's fused unscale on float16 gradients (tensor_pointer)", "an array view of the pointer "
      "(cuda.carray), if the successor takes one"),
