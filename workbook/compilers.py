@@ -10,9 +10,9 @@ CUDA events, the GPU held until the call is queued, the L2 flushed before each c
 reads each compiler's PTX for registers and spilled bytes a thread. The test workers take their turn
 at the GPU one after the other, once all of them have finished their tests.
 
-The rows go to results/<device>/compilers.json, with the device stamp; `--table` prints them (and
-`python -m workbook table --readme` puts them in docs/compilers.md). What the timings are: one launch
-of the size the tests made, cold in the L2, GPU time; not a chapter's benchmark.
+The rows go to results/<device>/compilers.json, with the device stamp; `python -m workbook table
+--readme` writes them as results/<device>/COMPILERS.md and the summary in docs/compilers.md. What the
+timings are: one launch of the size the tests made, cold in the L2, GPU time; not a chapter's benchmark.
 """
 
 import fcntl
@@ -31,7 +31,8 @@ OUT = "WORKBOOK_COMPILERS_OUT"  # where the plugin writes (set by the command)
 # The rebuild's version (successor.py): a chapter measured with an older one says so in the tables.
 TRANSLATION = 2
 OLDER = {1: "measured with an older rebuild, which handed numba-cuda's inline='never' to the successor as "
-            "'never inline': every device function a real call. Its kernels passed their checks with that rebuild; measure again"}
+            "'never inline': every device function a real call. Its kernels passed their checks with that "
+            "rebuild; measure again"}
 REPEATS = 11
 
 _kernels = {}  # (kernel, signature) -> what was seen of it
@@ -354,27 +355,38 @@ def markdown(stored):
     if anyone:
         summary += (f"\n\n{', '.join(anyone)}: each kernel timed at one launch of the tests, not yet the largest "
                     "one (measured before that rule).")
-    full = ["| kernel | signature | correct | numba-cuda ms [spread] | numba-cuda-mlir ms [spread] | ratio [spread] | "
+    full = ["| kernel | signature | correct | numba-cuda [spread] | numba-cuda-mlir [spread] | ratio [spread] | "
             "registers | spilled bytes |", "|---|---|---|---|---|---|---|---|"]
     for chapter_id, chapter in sorted(stored.get("chapters", {}).items()):
-        for r in chapter["rows"]:
-            cells = [_short(r["kernel"]), r["signature"].replace("array(", "").replace(", C)", "")[:60],
-                     "yes" if r["correct"] else f"**no** ({(r.get('error') or '').splitlines()[-1][:80] if r.get('error') else 'not launched by a passing test'})"]
-            if r.get("timed"):
-                s, m = r[NAME_STOCK], r[NAME_MLIR]
-                cells += [f"{s['median_ms'] * 1e3:.1f} us [{s['spread_ms'][0] * 1e3:.1f}-{s['spread_ms'][1] * 1e3:.1f}]",
-                          f"{m['median_ms'] * 1e3:.1f} us [{m['spread_ms'][0] * 1e3:.1f}-{m['spread_ms'][1] * 1e3:.1f}]",
-                          f"{r['time_ratio']['median']:.2f} [{r['time_ratio']['spread'][0]:.2f}-"
-                          f"{r['time_ratio']['spread'][1]:.2f}]",
-                          f"{s.get('registers')} / {m.get('registers')}", f"{s.get('spill_bytes')} / {m.get('spill_bytes')}"]
-            else:
-                cells += ["-"] * 5
-            full.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+        full += [_kernel_row(row) for row in chapter["rows"]]
     stamp = stored.get("stamp", {})
     stamp_line = (f"{stamp.get('device')}, driver {stamp.get('device_facts', {}).get('driver')}, numba-cuda "
-                  f"{stamp.get('numba_cuda')}, numba-cuda-mlir {stamp.get('numba_cuda_mlir')}, numpy {stamp.get('numpy')}, "
-                  f"{stamp.get('date')}")
+                  f"{stamp.get('numba_cuda')}, numba-cuda-mlir {stamp.get('numba_cuda_mlir')}, "
+                  f"numpy {stamp.get('numpy')}, {stamp.get('date')}")
     return summary, "\n".join(full), stamp_line
+
+
+def _us(figures):
+    low, high = figures["spread_ms"]
+    return f"{figures['median_ms'] * 1e3:.1f} us [{low * 1e3:.1f}-{high * 1e3:.1f}]"
+
+
+def _kernel_row(row):
+    """One kernel's line of COMPILERS.md."""
+    if row["correct"]:
+        verdict = "yes"
+    else:
+        last = (row.get("error") or "").strip().splitlines()
+        verdict = f"**no** ({last[-1][:80] if last else 'not launched by a passing test'})"
+    cells = [_short(row["kernel"]), row["signature"].replace("array(", "").replace(", C)", "")[:60], verdict]
+    if row.get("timed"):
+        stock, mlir, ratio = row[NAME_STOCK], row[NAME_MLIR], row["time_ratio"]
+        cells += [_us(stock), _us(mlir), f"{ratio['median']:.2f} [{ratio['spread'][0]:.2f}-{ratio['spread'][1]:.2f}]",
+                  f"{stock.get('registers')} / {mlir.get('registers')}",
+                  f"{stock.get('spill_bytes')} / {mlir.get('spill_bytes')}"]
+    else:
+        cells += ["-"] * 5
+    return "| " + " | ".join(str(cell).replace("|", "/") for cell in cells) + " |"
 
 
 def launch_markdown(stored):
@@ -385,7 +397,8 @@ def launch_markdown(stored):
     lines = ["What one launch of a small kernel (three arrays and a scalar) costs its host, as chapter 07 "
              "measures it:", "", "| launch | host us a launch [spread] |", "|---|---|"]
     for way, figures in launch.items():
-        lines.append(f"| {way} | {figures['host_us']:.1f} [{figures['spread_us'][0]:.1f}-{figures['spread_us'][1]:.1f}] |")
+        low, high = figures["spread_us"]
+        lines.append(f"| {way} | {figures['host_us']:.1f} [{low:.1f}-{high:.1f}] |")
     return "\n".join(lines)
 
 
