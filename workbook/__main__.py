@@ -195,7 +195,7 @@ def compile_kernels(args):
 def compilers(args):
     from workbook import compilers as both
 
-    return both.run(args.chapters, jobs=args.jobs)
+    return both.run(args.chapters, jobs=args.jobs, timeout=args.timeout)
 
 
 def profile(args):
@@ -283,6 +283,7 @@ def main(argv=None):
                                            "numba-cuda-mlir, checked, timed, registers (results/<device>/compilers.json)")
     compilers_parser.add_argument("chapters", nargs="*")
     compilers_parser.add_argument("--jobs", "-j", type=int, default=8, help="pytest workers (default 8)")
+    compilers_parser.add_argument("--timeout", type=int, default=1200, help="seconds a chapter's tests may take")
     compilers_parser.set_defaults(func=compilers)
     compile_parser = commands.add_parser("compile", help="compile every chapter kernel for a GPU, no GPU needed")
     compile_parser.add_argument("chapters", nargs="*")

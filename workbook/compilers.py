@@ -199,8 +199,11 @@ def _measure(key, entry, time_it=True):
 # The command
 
 
-def run(chapters, jobs=8, tests_only=False):
-    """Run each chapter's tests under the successor with the plugin; merge into compilers.json."""
+def run(chapters, jobs=8, timeout=1200):
+    """Run each chapter's tests under the successor with the plugin; merge into compilers.json.
+    timeout: seconds a chapter's tests may take (a kernel that hangs under the successor costs one
+    chapter, not the whole run)."""
+    import shutil
     import subprocess
     import tempfile
 
@@ -216,6 +219,9 @@ def run(chapters, jobs=8, tests_only=False):
     if reason:
         print(f"cannot compare: {reason}")
         return 2
+    cuda_bin = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin"
+    if shutil.which("ptxas") is None and (cuda_bin / "ptxas").exists():
+        os.environ["PATH"] += os.pathsep + str(cuda_bin)  # ptxas -v: registers and spills of each build
     names = [c for c in chapters if c != "launch"]  # "launch": the launch overhead alone
     wanted = list(dict.fromkeys(map(report.chapter_of, report.chapter_scripts(names)))) if names or not chapters else []
     path = results.device_dir() / "compilers.json"
@@ -231,8 +237,12 @@ def run(chapters, jobs=8, tests_only=False):
         out = tempfile.mkdtemp(prefix=f"compilers-{chapter_id}-")
         env = dict(os.environ, WORKBOOK_COMPILER=successor.NAME, **{OUT: out})
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "workbook.compilers",
-                               "-n", str(jobs), "-m", "not notebook", *tests], cwd=results.ROOT, env=env)
+        try:
+            done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                                   "workbook.compilers", "-n", str(jobs), "-m", "not notebook", *tests],
+                                  cwd=results.ROOT, env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            done = subprocess.CompletedProcess([], returncode=f"timed out after {timeout} s")
         rows = _merged([json.loads(line) for p in sorted(Path(out).glob("rows-*.jsonl"))
                         for line in p.read_text().splitlines()])
         stored["chapters"][chapter_id] = {"rows": rows, "translation": TRANSLATION, "timing_rule": "largest launch",
