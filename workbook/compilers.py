@@ -149,7 +149,7 @@ def _ptx_of(dispatcher, signature_text):
 
 
 def _measure(key, entry, time_it=True):
-    from numba import cuda
+    import numpy as np
 
     from . import bench
 
@@ -179,12 +179,11 @@ def _measure(key, entry, time_it=True):
         cuda.synchronize()
         times = bench.time_interleaved(functions, repeats=REPEATS, flush=True)
         for which, values in times.items():
-            median = float(sorted(values)[len(values) // 2])
-            low, high = (float(v) for v in __import__("numpy").percentile(values, [25, 75]))
-            row[which] = {"median_ms": median, "spread_ms": [low, high]}
-        ratios = sorted(float(a / b) for a, b in zip(times[successor.NAME], times[successor.STOCK]))
-        row["time_ratio"] = {"median": ratios[len(ratios) // 2],
-                             "spread": [ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]]}
+            low, high = (float(v) for v in np.percentile(values, [25, 75]))
+            row[which] = {"median_ms": float(np.median(values)), "spread_ms": [low, high]}
+        ratios = times[successor.NAME] / times[successor.STOCK]  # repeat by repeat, over interleaved pairs
+        low, high = (float(v) for v in np.percentile(ratios, [25, 75]))
+        row["time_ratio"] = {"median": float(np.median(ratios)), "spread": [low, high]}
         row["timed"] = True
         for which, source in ((successor.STOCK, dispatcher), (successor.NAME, mlir)):
             ptx = _ptx_of(source, signature)

@@ -27,16 +27,15 @@ from . import ON_GPU
 from .device import SUCCESSOR, choose_compiler
 
 
+_PREPARED = ON_GPU and choose_compiler() != SUCCESSOR  # the choice is made once, at import
+
+
 def prepared():
     """Are launches prepared here (packed once, handed to the driver)? On a GPU under numba-cuda. Not
     in the simulator (no driver), nor where every launch is the successor compiler's
     (WORKBOOK_COMPILER=numba-cuda-mlir, successor.py: it packs its own arguments): there a
     PreparedLaunch is kernel[grid, block](*args) and a LaunchCache keeps nothing."""
-    return ON_GPU and choose_compiler() != SUCCESSOR
-
-
-def _plain():
-    return not prepared()
+    return _PREPARED
 
 
 def cdiv(a, b):
@@ -149,7 +148,7 @@ class PreparedLaunch:
             raise ValueError(f"via must be 'driver' or 'cuda.core', not {via!r}")
         self.kernel, self.args, self.stream, self.returns = kernel, args, stream, returns
         self.blocks, self.threads, self.shared = blocks, threads, shared
-        self.plain = _plain()
+        self.plain = not _PREPARED
         if self.plain:
             self.how = "simulator: kernel[grid, block](*args)" if not ON_GPU else f"{SUCCESSOR}: kernel[grid, block](*args)"
             self._launcher = kernel[blocks, threads, stream, shared]
@@ -337,7 +336,7 @@ class LaunchCache:
 
     def _launch(self, what, plan, args, stream, shared=0):
         """what: the head of the key; plan(): (kernel, blocks, threads), called on a miss only."""
-        if _plain():
+        if not _PREPARED:
             kernel, blocks, threads = plan()
             kernel[blocks, threads, stream, shared](*args)
             return None

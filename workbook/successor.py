@@ -222,8 +222,8 @@ class Translation:
         options = _options(options)
         if options.get("device") and "shared" in set(_names(fn.__code__)):
             options["inline"] = "always"  # WORKAROUNDS: a device function's shared array, inlined by numba's IR
-        sm_90a = any(self._needs_sm_90a(value) for value in [*env.values(), *(closure and
-                                                                                 [c.cell_contents for c in closure] or [])])
+        read = [env[name] for name in names & env.keys()] + [cell.cell_contents for cell in closure or ()]
+        sm_90a = any(self._needs_sm_90a(value) for value in read)  # what this function reads, rebuilt
         if sm_90a and not options.get("device"):
             options["chip"] = "sm_90a"  # wgmma: Hopper's own instructions (numba-cuda: tensor_cores.wgmma_compile)
         dispatcher = self.cuda.jit(**options)(rebuilt)
