@@ -2,6 +2,7 @@
 the options handed over, the rows merged and tabled; and, where numba-cuda-mlir is installed, the
 workbook's kernels and intrinsics compiled by it without a GPU (PTX read back)."""
 
+import json
 import re
 
 import numpy as np
@@ -43,12 +44,13 @@ def test_every_workaround_says_what_where_and_what_is_done():
         assert len(what) > 20 and where and len(done) > 10, (what, where, done)
 
 
-def test_the_simulators_kernels_and_device_functions_are_read_back_as_python():
+def test_kernels_and_device_functions_are_read_back_as_python():
     from chapters.ch00_measuring import kernels as k
     from chapters.ch01_relu_mask import batchnorm
 
     fn, options = successor.source_of(k.copy_quads_kernel)
-    assert fn is k.copy_quads_kernel.fn and not options.get("device")
+    python = k.copy_quads_kernel.py_func if workbook.ON_GPU else k.copy_quads_kernel.fn  # a dispatcher, or the simulator's
+    assert fn is python and not options.get("device")
     fn, options = successor.source_of(batchnorm._block_sum2)
     assert options["device"] and options["forceinline"]
     deferred = successor.Deferred(fn, {"device": True})
@@ -89,6 +91,38 @@ def test_the_tables_count_what_is_correct_slower_and_spilling():
     stored["chapters"]["ch01"]["translation"] = 1
     assert "older rebuild" in compilers.markdown(stored)[0]
     assert "not measured" in compilers.launch_markdown(stored)
+
+
+def test_a_chapters_experiments_list_its_kernels_more_than_10_percent_slower():
+    slow, fast = _row("chapters.ch01_x.k", 1, 0, timed=True, ratio=1.5), _row("chapters.ch01_x.j", 1, 0, timed=True)
+    block = compilers.slower_markdown("ch01", {"rows": [slow, fast]}, "gpu", "a stamp")
+    assert "ch01_x.k" in block and "ch01_x.j" not in block and "1.50 [1.49-1.51]" in block
+    assert "No kernel of ch01" in compilers.slower_markdown("ch01", {"rows": [fast]}, "gpu", "a stamp")
+
+
+def test_the_stored_comparison_is_explained_in_every_chapter_it_finds_slower():
+    """Each chapter with a kernel more than 10% slower under the successor (stored H200 results) has
+    the generated table in its EXPERIMENTS.md, as `python -m workbook table --readme` writes it now,
+    followed by the explanation."""
+    from workbook import results
+
+    stored = json.loads((results.RESULTS / "nvidia-h200" / "compilers.json").read_text())
+    files = compilers.experiments_files(stored)
+    _, _, stamp = compilers.markdown(stored)
+    for chapter_id, chapter in stored["chapters"].items():
+        if not compilers.slower_rows(chapter):
+            continue
+        assert chapter_id in files, f"{chapter_id} has kernels more than 10% slower and no EXPERIMENTS.md"
+        text = files[chapter_id].read_text()
+        assert compilers.SLOWER_BEGIN in text, f"{files[chapter_id]} has no table of its slower kernels"
+        block = text.split(compilers.SLOWER_BEGIN, 1)[1].split(compilers.SLOWER_END, 1)[0].strip()
+        assert block == compilers.slower_markdown(chapter_id, chapter, "nvidia-h200", stamp), \
+            f"{files[chapter_id]}: run python -m workbook table --readme"
+        prose = text.replace(block, "")
+        for row in compilers.slower_rows(chapter):
+            parts = row["kernel"].split(".")
+            names = {parts[-1]} | ({parts[parts.index("<locals>") - 1]} if "<locals>" in parts else set())
+            assert any(f"`{name}" in prose for name in names), f"{files[chapter_id]} does not say why {names} is slower"
 
 
 def test_the_compilers_command_measures_on_a_gpu_only(capsys):
@@ -149,6 +183,40 @@ def test_the_successors_gaps_are_mended():
     ptx = _ptx(kernel, uint64[::1], uint32[::1])
     assert "-4294967296" in ptx  # the constant, as the same 64 bits
     assert "%laneid" in ptx
+
+    def more(lock, values, out):
+        i = cuda.threadIdx.x
+        while cuda.atomic.cas(lock, 0, 0, 1) != 0:  # an int32 array, literal values
+            pass
+        cuda.threadfence()
+        out[i] = cuda.match_any_sync(0xFFFFFFFF, values[i])  # a float64: its bits are matched
+        cuda.atomic.exch(lock, 0, 0)
+
+    from numba import float64, int32
+
+    ptx = _ptx(more, int32[::1], float64[::1], uint32[::1])
+    assert "match.any.sync.b64" in ptx and "membar.gl" in ptx and "atom.global.cas.b32" in ptx
+
+
+@needs_successor
+def test_64_bit_values_are_shuffled_whole():
+    from numba import cuda, float64, int64
+
+    def kernel(x, n):
+        i = cuda.threadIdx.x
+        x[i] = cuda.shfl_xor_sync(0xFFFFFFFF, x[i], 1)
+        n[i] = cuda.shfl_down_sync(0xFFFFFFFF, n[i], 1)
+
+    ptx = _ptx(kernel, float64[::1], int64[::1])
+    assert "cvt.rn.f32.f64" not in ptx  # not rounded to float32 on the way
+    assert len(re.findall(r"shfl\.sync\.\w+\.b32", ptx)) == 4  # two words a value
+    if workbook.ON_GPU:
+        translation = successor.Translation(gpu=True)
+        x, n = np.pi * (1 + np.arange(32)), (np.arange(32, dtype=np.int64) << 33) + 7
+        d_x, d_n = translation.cuda.to_device(x), translation.cuda.to_device(n)
+        translation.jit(kernel, {})[1, 32](d_x, d_n)
+        np.testing.assert_array_equal(d_x.copy_to_host(), x[np.arange(32) ^ 1])
+        np.testing.assert_array_equal(d_n.copy_to_host(), n[np.minimum(np.arange(32) + 1, 31)])
 
 
 @needs_successor

@@ -45,9 +45,13 @@ def launch(kernel, blocks, threads_per_block, *args):
     return [d.copy_to_host() for a, d in zip(args, on_device) if isinstance(a, np.ndarray)]
 
 
+SUCCESSOR = workbook.device.choose_compiler() == workbook.device.SUCCESSOR  # WORKBOOK_COMPILER
+
+
 def signed32(bits):
-    """A 32-bit lane mask as numba returns it from ballot_sync and match_*_sync: a signed int32."""
-    return bits - (1 << 32) if bits & 0x80000000 else bits
+    """A 32-bit lane mask as the compiler returns it from ballot_sync and match_*_sync: numba-cuda's
+    signed int32, or numba-cuda-mlir's uint32 (WORKBOOK_COMPILER=numba-cuda-mlir)."""
+    return bits if SUCCESSOR else bits - (1 << 32) if bits & 0x80000000 else bits
 
 
 def live_warps(n, blocks, threads_per_block, exited=None):
@@ -106,10 +110,42 @@ def test_ballot_skips_exited_and_missing_lanes(n, blocks, threads_per_block):
 
 
 def test_ballot_is_a_signed_int32():
-    # Every lane votes yes: bit 31 is set, so numba's int32 result is -1, not 0xFFFFFFFF.
+    # Every lane votes yes: bit 31 is set, so numba's int32 result is -1, not 0xFFFFFFFF (the
+    # successor's uint32 is 0xFFFFFFFF).
     x = np.ones(WARP, np.int64)
     (out,) = launch(ballot_kernel, 1, WARP, x, unwritten(WARP), WARP)[1:]
-    assert (out == -1).all()
+    assert (out == signed32(FULL_MASK)).all()
+
+
+@cuda.jit
+def shifted_ballot_kernel(out):
+    i = cuda.grid(1)
+    mask = cuda.ballot_sync(FULL_MASK, True)
+    out[i, 0] = mask >> 31  # an arithmetic shift of a signed mask, a logical one of an unsigned
+    out[i, 1] = cuda.popc(np.uint64(7)) + cuda.ffs(np.uint32(8)) * 10
+
+
+@pytest.mark.skipif(workbook.ON_GPU, reason="the simulator's model of the two compilers' types")
+@pytest.mark.parametrize("successor, shifted", [(False, -1), (True, 1)])
+def test_the_simulator_gives_the_types_of_the_compiler_chosen(monkeypatch, successor, shifted):
+    """numba-cuda's ballot is an int32 (bit 31 set: negative), numba-cuda-mlir's a uint32; the
+    successor's popc, ffs and cuda.grid are int32 (WORKBOOK_COMPILER=numba-cuda-mlir)."""
+    from workbook.simulator import collectives
+
+    monkeypatch.setattr(collectives, "SUCCESSOR_TYPES", successor)
+    out = cuda.to_device(np.zeros((WARP, 2), np.int64))
+    shifted_ballot_kernel[1, WARP](out)
+    np.testing.assert_array_equal(out.copy_to_host(), [[shifted, 3 + 4 * 10]] * WARP)
+    seen = []
+    monkeypatch.setenv("WORKBOOK_COMPILE", "0")  # a kernel that reads Python's types runs in the simulator only
+
+    @cuda.jit
+    def types_kernel(out):
+        seen.append((type(cuda.grid(1)), type(cuda.popc(np.uint64(7))), type(cuda.ffs(np.uint32(8)))))
+
+    types_kernel[1, 1](out)
+    expected = (np.int32, np.int32, np.int32) if successor else (int, np.uint64, np.uint32)
+    assert seen == [expected]
 
 
 @cuda.jit
@@ -710,7 +746,7 @@ def test_install_is_idempotent():
     simulator.install()
     simulator.install()
     (out,) = launch(ballot_kernel, 1, WARP, np.ones(WARP, np.int64), unwritten(WARP), WARP)[1:]
-    assert (out == -1).all()
+    assert (out == signed32(FULL_MASK)).all()
 
 
 @cuda.jit

@@ -639,9 +639,9 @@ def _compiler_tag():
         return b""
     from importlib.metadata import version
 
-    here = Path(__file__).parent  # the rebuild and the intrinsics written for it: editing them recompiles
-    return (f"{successor.NAME} {version('numba-cuda-mlir')}".encode() + (here / "successor.py").read_bytes()
-            + (here / "successor_intrinsics.py").read_bytes())
+    here = Path(__file__).parent  # the rebuild, its mends and intrinsics: editing them recompiles
+    return f"{successor.NAME} {version('numba-cuda-mlir')}".encode() + b"".join(
+        (here / name).read_bytes() for name in ("successor.py", "successor_mends.py", "successor_intrinsics.py"))
 
 
 # the instruction table's facts, part of each answer's key: what a target skips follows the table

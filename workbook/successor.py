@@ -19,8 +19,8 @@ the successor's own (the same memory: `__cuda_array_interface__`, the same strea
 
 The two compilers differ (WORKAROUNDS below, each with the upstream issue it mirrors):
 `cuda.grid(1)` is int32 under the successor (int64 under numba-cuda), `ballot_sync` and
-`match_any_sync` return uint32, `fastmath` is all or nothing. The simulator models numba-cuda's
-types; a kernel that is right under both does not depend on them.
+`match_any_sync` return uint32, `fastmath` is all or nothing. The simulator gives numba-cuda's
+types, or the successor's when WORKBOOK_COMPILER names it (workbook/simulator/collectives.py).
 """
 
 import types as _py
@@ -50,11 +50,28 @@ WORKAROUNDS = (
      "load16/store16 of a 16-bit dtype use two 8-byte accesses"),
     ("an unsigned 64-bit constant of 2^63 or more (np.uint64(0xFFFFFFFF00000000)) crashes the lowering "
      "(RuntimeError: std::bad_cast)", "0.6.0, to report",
-     "successor._patch hands MLIR the same bits as a signed value"),
+     "successor_mends hands MLIR the same bits as a signed value"),
     ("a device function that declares a shared array and returns a tuple fails to compile "
      "('memref.get_global' op 'static_shared_memory_1' does not reference a valid global memref)",
      "0.6.0, to report",
      "a device function that declares a shared array is inlined into its caller (inline='always')"),
+    ("shfl_sync, shfl_up_sync, shfl_down_sync and shfl_xor_sync shuffle one 32-bit word as float32 or int32: a "
+     "float64 comes back rounded to float32 and an int64 without its high word, with no warning",
+     "0.6.0, to report",
+     "successor_mends._patch_shuffles shuffles a 64-bit value's two halves, a narrower one widened"),
+    ("a loop over a tuple (`for v in values`) stays a run-time loop over a copy of the tuple in local memory, "
+     "its index stepped by the iterator's 'valid' flag, so no trip count to unroll; over a tuple of float16 NVVM "
+     "answers 'unsupported operation'", "0.6.0, to report",
+     "chapter 06's helpers loop over range(len(values)): unrolled by both, the same PTX under numba-cuda"),
+    ("match_any_sync and match_all_sync of a float32 or float64 fail to compile (nvvm.match.sync takes "
+     "integers only: an internal compiler error)", "0.6.0, to report",
+     "successor_mends._patch_matches hands it the float's bits, which numba-cuda compares"),
+    ("cuda.atomic.cas converts its expected value to the array's type but not its new one: an int32 array "
+     "and a literal new value fail to compile ('arith.select' op ... same type)", "0.6.0, to report",
+     "successor_mends._patch_compare_and_swap converts the new value too"),
+    ("cuda.threadfence, threadfence_block and threadfence_system are typed but have no lowering",
+     "0.6.0, to report", "successor_intrinsics lowers them as nvvm.memory.barrier of the GPU, the block and "
+     "the system (membar.gl, membar.cta, membar.sys)"),
     ("cuda.lanemask_lt is typed but has no lowering ('No definition for lowering')",
      "0.6.0, to report",
      "successor_intrinsics lowers it as (1 << laneid) - 1 (its NVVM translation has no "
@@ -75,10 +92,6 @@ WORKAROUNDS = (
 
 # What is not mended yet: (what fails, where it shows, what would mend it).
 UNMENDED = (
-    ("float16 values widened to float32 and reduced with max() in a loop (sixteen a trip): NVVM 7, the "
-     "successor's back end, answers 'unsupported operation'", "chapter 06's float16 softmax and cross-entropy "
-     "kernels (rows._row_kernels(..., width=8), several warp_softmax variants)", "not found yet: not the "
-     "optimizer (opt_level 1 fails too), not the loads (scalar loads fail too)"),
     ("a typed pointer to float16: the successor makes typed pointers through ctypes, which has no half type",
      "chapter 03's fused unscale on float16 gradients (tensor_pointer)", "an array view of the pointer "
      "(cuda.carray), if the successor takes one"),
@@ -104,36 +117,10 @@ def successor_cuda(gpu):
             tools._cached_cc = (9, 0)
     from numba_cuda_mlir import cuda
 
-    _patch()
+    from . import successor_mends
+
+    successor_mends.apply()
     return cuda
-
-
-_patched = []
-
-
-def _patch():
-    """The successor's bugs that a kernel's source cannot avoid, mended in place (WORKAROUNDS)."""
-    if _patched:
-        return
-    from numba_cuda_mlir._mlir import ir
-    from numba_cuda_mlir._mlir.dialects import arith
-
-    stock_constant = arith.constant
-
-    def constant(result, value, *args, **kwargs):
-        # An unsigned constant of 2^63 or more (np.uint64(0xFFFFFFFF00000000)) is handed to MLIR's
-        # IntegerAttr as a Python int too large for a signed 64-bit one: std::bad_cast. The same bits
-        # as a signed value are the same constant (MLIR's integers have no sign).
-        if isinstance(value, int) and not isinstance(value, bool) and isinstance(result, ir.IntegerType):
-            width = result.width
-            if 1 << (width - 1) <= value < 1 << width:
-                value -= 1 << width
-        return stock_constant(result, value, *args, **kwargs)
-
-    arith.constant = constant
-    from . import successor_intrinsics  # noqa: F401  (registers the lowering of cuda.lanemask_lt)
-
-    _patched.append(True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -479,6 +479,18 @@ def _lanemask_lt(lower, target, args, kwargs):
     lower.store_var(target, arith.subi(arith.shli(one, lane), one))
 
 
+def _fence(scope):
+    def lowering(lower, target, args, kwargs):
+        """cuda.threadfence and its kin: typed by the successor, lowered here (successor.WORKAROUNDS)."""
+        _nvvm.memory_barrier(getattr(_nvvm.MemScopeKind, scope))
+
+    return lowering
+
+
+for _fenced, _scope in ((_stubs.threadfence, "GPU"), (_stubs.threadfence_block, "CTA"), (_stubs.threadfence_system, "SYS")):
+    _lower_builtin(_fenced)(_fence(_scope))
+
+
 _refresh_registries()
 
 

@@ -85,21 +85,23 @@ def warp_merge(m, s):
 
 # 16-byte accesses (chapter 00, workbook/memory.py): `load16(x, i)` brings 16 bytes of a row at once,
 # a tuple of 4 float32 or 8 float16. The helpers below work on such a tuple whatever its length:
-# numba unrolls a loop over a tuple of constant length, so `for v in values` costs no loop.
+# a loop over range(len(values)) has a constant trip count, which the compiler unrolls, so it costs
+# no loop and the tuple stays in registers (`for v in values` reads the same, but numba-cuda-mlir
+# keeps it a loop over a copy of the tuple in local memory: chapter 06's EXPERIMENTS.md).
 
 
 @cuda.jit(device=True, forceinline=True)
 def _max_of(m, values):
-    for v in values:
-        m = max(m, np.float32(v))
+    for k in range(len(values)):
+        m = max(m, np.float32(values[k]))
     return m
 
 
 @cuda.jit(device=True, forceinline=True)
 def _sum_exp(values, shift):
     total = ZERO
-    for v in values:
-        total += math.exp(np.float32(v) - shift)
+    for k in range(len(values)):
+        total += math.exp(np.float32(values[k]) - shift)
     return total
 
 

@@ -67,8 +67,10 @@ def persistent_layer_kernel(x_terms, w_hh, bias, h, c, y, units):
                 for bb in range(CHUNK):
                     if bb < rows:  # the same for the whole warp: no divergence
                         v = acc[bb]
-                        for step in (16, 8, 4, 2, 1):
+                        step = 16
+                        while step > 0:
                             v += cuda.shfl_xor_sync(0xFFFFFFFF, v, step)
+                            step >>= 1
                         if lane == 0:
                             z_s[r * CHUNK + bb] = v
             cuda.syncthreads()

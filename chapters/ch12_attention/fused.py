@@ -241,8 +241,10 @@ def make_forward(d, causal, keys=None, precision="f16"):
             for half in range(2):
                 row_index = 2 * mi + half
                 total = l_run[row_index]
-                for offset in (1, 2):
+                offset = 1
+                while offset < 4:  # the 4 lanes of a row's quad
                     total += cuda.shfl_xor_sync(FULL, total, offset)
+                    offset <<= 1
                 # every score -inf: l = 0 and O = 0, written as 0 (a NaN's l is NaN and stays so)
                 inverse = float32(0) if total == 0 else float32(1) / total
                 row = first_row + 16 * mi + g + 8 * half

@@ -85,14 +85,18 @@ def softmax(s, p, n):
     top = NEG_INF
     for j in range(lane, n, 32):
         top = max(top, s[head, i, j])
-    for offset in (16, 8, 4, 2, 1):
+    offset = 16
+    while offset > 0:  # a butterfly: every lane ends with the row's max
         top = max(top, cuda.shfl_xor_sync(FULL, top, offset))
+        offset >>= 1
     shift = float32(0) if top == NEG_INF else top  # no finite score: every weight e^-inf = 0
     total = float32(0)
     for j in range(lane, n, 32):
         total += math.exp(s[head, i, j] - shift)
-    for offset in (16, 8, 4, 2, 1):
+    offset = 16
+    while offset > 0:
         total += cuda.shfl_xor_sync(FULL, total, offset)
+        offset >>= 1
     inverse = float32(0) if total == 0 else float32(1) / total
     for j in range(lane, p.shape[2], 32):
         p[head, i, j] = math.exp(s[head, i, j] - shift) * inverse if j < n else float32(0)

@@ -47,15 +47,19 @@ def load_tile(k, v, tiles, stage, head, j, n):
 
 @cuda.jit(device=True)
 def warp_max(x):
-    for offset in (16, 8, 4, 2, 1):
+    offset = 16
+    while offset > 0:
         x = max(x, cuda.shfl_xor_sync(FULL, x, offset))
+        offset >>= 1
     return x
 
 
 @cuda.jit(device=True)
 def warp_sum(x):
-    for offset in (16, 8, 4, 2, 1):
+    offset = 16
+    while offset > 0:
         x += cuda.shfl_xor_sync(FULL, x, offset)
+        offset >>= 1
     return x
 
 

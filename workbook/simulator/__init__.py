@@ -71,6 +71,8 @@ working: shuffling anything but an int32/int64/float32/float64 (activemask() is 
 predicate for syncthreads_count/and/or (they take integers), a float vote predicate. popc and clz keep
 the argument's width (a Python int is an int64: popc(-1) == 64), ffs returns a uint32, and brev has
 only uint32 and uint64 versions: numba converts every other integer, int64 included, to uint32.
+With WORKBOOK_COMPILER=numba-cuda-mlir the results take that compiler's types instead: ballot_sync
+and the match masks are uint32, popc, clz and ffs int32, and cuda.grid's indices int32.
 
 Deadlocks
 ---------
@@ -186,7 +188,13 @@ def install():
 
     if getattr(kernel, "_workbook_simulator_installed", False):
         return
+    from .. import device
+    from . import collectives, intrinsics
+
+    collectives.SUCCESSOR_TYPES = device.choose_compiler() == device.SUCCESSOR
     for name, function in INTRINSICS.items():
+        if hasattr(kernelapi.FakeCUDAModule, name):
+            intrinsics._STOCK.setdefault(name, getattr(kernelapi.FakeCUDAModule, name))
         setattr(kernelapi.FakeCUDAModule, name, function)
     kernel.BlockManager = _block_manager
     kernelapi.GridGroup.sync = _grid_sync

@@ -30,6 +30,16 @@ def as_int32(bits):
     return np.int32(bits - (1 << 32) if bits & 0x80000000 else bits)
 
 
+# The types the kernel's compiler gives: numba-cuda's by default; numba-cuda-mlir's (a uint32 lane
+# mask, int32 from popc/ffs/clz and cuda.grid) when WORKBOOK_COMPILER names it (simulator.install).
+SUCCESSOR_TYPES = False
+
+
+def lane_mask(bits):
+    """A lane mask as the kernel's compiler returns it: numba-cuda's int32, the successor's uint32."""
+    return np.uint32(bits) if SUCCESSOR_TYPES else as_int32(bits)
+
+
 def _resolve_vote(call, block):
     predicates = {lane: predicate for lane, (_, _, (predicate,)) in call.calls.items()}
     ballot = sum(1 << lane for lane, predicate in predicates.items() if predicate)
@@ -37,7 +47,7 @@ def _resolve_vote(call, block):
     results = {}
     for lane, (_, op, _) in call.calls.items():
         if op == "ballot_sync":
-            results[lane] = as_int32(ballot)
+            results[lane] = lane_mask(ballot)
         elif op == "all_sync":
             results[lane] = everyone
         elif op == "any_sync":
@@ -103,9 +113,9 @@ def _resolve_match(call, block):
     for lane, (_, op, _) in call.calls.items():
         if op == "match_any_sync":
             same = sum(1 << other for other, pattern in patterns.items() if pattern == patterns[lane])
-            results[lane] = as_int32(same)
+            results[lane] = lane_mask(same)
         else:
-            results[lane] = (as_int32(call.arrived), True) if uniform else (np.int32(0), False)
+            results[lane] = (lane_mask(call.arrived), True) if uniform else (lane_mask(0), False)
     return results
 
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from .numba_typing import DeclaredInt, as_read
 
+from . import collectives
 from .collectives import SHFL_BFLY, SHFL_DOWN, SHFL_IDX, SHFL_UP
 from .scheduler import FULL_MASK, _is_integer, current
 
@@ -120,22 +121,29 @@ def _like(value, result):
     return type(value)(result) if isinstance(value, np.integer) else result
 
 
+def _counted(value, result):
+    """popc/clz/ffs's result: the argument's type under numba-cuda (ffs: uint32), int32 under the successor."""
+    return np.int32(result) if collectives.SUCCESSOR_TYPES else value
+
+
 def popc(self, value):
     value = as_read(value)
     bits, _ = _bits_and_width(value)
-    return _like(value, bin(bits).count("1"))
+    count = bin(bits).count("1")
+    return _counted(_like(value, count), count)
 
 
 def clz(self, value):
     value = as_read(value)
     bits, width = _bits_and_width(value)
-    return _like(value, width - bits.bit_length())
+    return _counted(_like(value, width - bits.bit_length()), width - bits.bit_length())
 
 
 def ffs(self, value):
     value = as_read(value)
     bits, _ = _bits_and_width(value)
-    return np.uint32((bits & -bits).bit_length())  # lowest set bit, counted from 1; 0 for 0
+    lowest = (bits & -bits).bit_length()  # lowest set bit, counted from 1; 0 for 0
+    return _counted(np.uint32(lowest), lowest)
 
 
 def brev(self, value):
@@ -145,6 +153,20 @@ def brev(self, value):
     low_bits = int(value) & FULL_MASK  # anything else is converted to uint32
     return np.uint32(int(f"{low_bits:032b}"[::-1], 2))
 
+
+def grid(self, n):
+    """cuda.grid(n): Python ints as numba-cuda's simulator gives them, int32 under the successor."""
+    position = _stock_grid(self, n)
+    if not collectives.SUCCESSOR_TYPES:
+        return position
+    return np.int32(position) if n == 1 else tuple(np.int32(v) for v in position)
+
+
+def _stock_grid(self, n):
+    return _STOCK["grid"](self, n)
+
+
+_STOCK = {}  # numba's own methods that an entry of INTRINSICS replaces and calls (simulator.install)
 
 INTRINSICS = {
     "ballot_sync": ballot_sync,
@@ -164,4 +186,5 @@ INTRINSICS = {
     "clz": clz,
     "ffs": ffs,
     "brev": brev,
+    "grid": grid,
 }
