@@ -129,7 +129,7 @@ def shifted_ballot_kernel(out):
 @pytest.mark.parametrize("successor, shifted", [(False, -1), (True, 1)])
 def test_the_simulator_gives_the_types_of_the_compiler_chosen(monkeypatch, successor, shifted):
     """numba-cuda's ballot is an int32 (bit 31 set: negative), numba-cuda-mlir's a uint32; the
-    successor's popc, ffs and cuda.grid are int32 (WORKBOOK_COMPILER=numba-cuda-mlir)."""
+    successor's popc and ffs are int32 (WORKBOOK_COMPILER=numba-cuda-mlir)."""
     from workbook.simulator import collectives
 
     monkeypatch.setattr(collectives, "SUCCESSOR_TYPES", successor)
@@ -141,10 +141,10 @@ def test_the_simulator_gives_the_types_of_the_compiler_chosen(monkeypatch, succe
 
     @cuda.jit
     def types_kernel(out):
-        seen.append((type(cuda.grid(1)), type(cuda.popc(np.uint64(7))), type(cuda.ffs(np.uint32(8)))))
+        seen.append((type(cuda.popc(np.uint64(7))), type(cuda.ffs(np.uint32(8)))))
 
     types_kernel[1, 1](out)
-    expected = (np.int32, np.int32, np.int32) if successor else (int, np.uint64, np.uint32)
+    expected = (np.int32, np.int32) if successor else (np.uint64, np.uint32)
     assert seen == [expected]
 
 

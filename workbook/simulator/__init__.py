@@ -72,7 +72,9 @@ predicate for syncthreads_count/and/or (they take integers), a float vote predic
 the argument's width (a Python int is an int64: popc(-1) == 64), ffs returns a uint32, and brev has
 only uint32 and uint64 versions: numba converts every other integer, int64 included, to uint32.
 With WORKBOOK_COMPILER=numba-cuda-mlir the results take that compiler's types instead: ballot_sync
-and the match masks are uint32, popc, clz and ffs int32, and cuda.grid's indices int32.
+and the match masks are uint32, popc, clz and ffs int32. cuda.grid stays a Python int: the
+successor's int32 index is not modelled (NumPy's int32 scalars do not follow numba's typing: `i &
+0xFFFFFFFF` is an int64 in a kernel, an OverflowError on a NumPy int32).
 
 Deadlocks
 ---------
@@ -189,12 +191,10 @@ def install():
     if getattr(kernel, "_workbook_simulator_installed", False):
         return
     from .. import device
-    from . import collectives, intrinsics
+    from . import collectives
 
     collectives.SUCCESSOR_TYPES = device.choose_compiler() == device.SUCCESSOR
     for name, function in INTRINSICS.items():
-        if hasattr(kernelapi.FakeCUDAModule, name):
-            intrinsics._STOCK.setdefault(name, getattr(kernelapi.FakeCUDAModule, name))
         setattr(kernelapi.FakeCUDAModule, name, function)
     kernel.BlockManager = _block_manager
     kernelapi.GridGroup.sync = _grid_sync

@@ -31,7 +31,7 @@ def as_int32(bits):
 
 
 # The types the kernel's compiler gives: numba-cuda's by default; numba-cuda-mlir's (a uint32 lane
-# mask, int32 from popc/ffs/clz and cuda.grid) when WORKBOOK_COMPILER names it (simulator.install).
+# mask, int32 from popc/ffs/clz) when WORKBOOK_COMPILER names it (simulator.install).
 SUCCESSOR_TYPES = False
 
 

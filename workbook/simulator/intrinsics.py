@@ -154,20 +154,6 @@ def brev(self, value):
     return np.uint32(int(f"{low_bits:032b}"[::-1], 2))
 
 
-def grid(self, n):
-    """cuda.grid(n): Python ints as numba-cuda's simulator gives them, int32 under the successor."""
-    position = _stock_grid(self, n)
-    if not collectives.SUCCESSOR_TYPES:
-        return position
-    return np.int32(position) if n == 1 else tuple(np.int32(v) for v in position)
-
-
-def _stock_grid(self, n):
-    return _STOCK["grid"](self, n)
-
-
-_STOCK = {}  # numba's own methods that an entry of INTRINSICS replaces and calls (simulator.install)
-
 INTRINSICS = {
     "ballot_sync": ballot_sync,
     "all_sync": all_sync,
@@ -186,5 +172,4 @@ INTRINSICS = {
     "clz": clz,
     "ffs": ffs,
     "brev": brev,
-    "grid": grid,
 }
