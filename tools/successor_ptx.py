@@ -138,14 +138,12 @@ def main():
     if not (args.kernel and args.signature):
         parser.error("name a kernel and its signature, or --slower")
     bounds = tuple(int(v) for v in args.launch_bounds.split(",")) if args.launch_bounds else None
-    from workbook import compiler
 
     for name, ptx in (("numba-cuda", stock_ptx(args.kernel, args.signature, bounds)),
                       ("numba-cuda-mlir", successor_ptx(args.kernel, args.signature, bounds))):
-        facts = compiler._ptx_facts(ptx, (9, 0))
-        counts = {what: len(re.findall(pattern, ptx, flags=re.M)) for what, pattern in COUNTED.items()}
+        facts, found = counts(ptx)
         print(f"{name}: {facts.get('registers')} registers, {facts.get('spill_bytes')} bytes spilled, "
-              f"{facts.get('stack_bytes')} bytes of stack; " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+              f"{facts.get('stack_bytes')} bytes of stack; " + ", ".join(f"{v} {k}" for k, v in found.items()))
         if args.grep:
             print("\n".join("    " + line.strip() for line in ptx.splitlines() if re.search(args.grep, line)))
         if args.save:

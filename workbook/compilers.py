@@ -337,7 +337,7 @@ def chapter_summary(stored):
     for chapter_id, chapter in sorted(stored.get("chapters", {}).items()):
         kernels = chapter["rows"]
         ratios = [r["time_ratio"]["median"] for r in kernels if r.get("timed")]
-        slower = [r for r in kernels if r.get("timed") and r["time_ratio"]["spread"][0] > SLOWER]
+        slower = slower_rows(chapter)
         spills = [r for r in kernels if r.get("timed")
                   and (r[NAME_MLIR].get("spill_bytes") or 0) > (r[NAME_STOCK].get("spill_bytes") or 0)]
         rows.append((chapter_id, len(kernels), sum(r["correct"] for r in kernels), len(ratios),
@@ -380,8 +380,8 @@ def _us(figures):
     return f"{figures['median_ms'] * 1e3:.1f} us [{low * 1e3:.1f}-{high * 1e3:.1f}]"
 
 
-def _kernel_row(row):
-    """One kernel's line of COMPILERS.md."""
+def _kernel_cells(row):
+    """One kernel's cells: kernel, signature, correct, both times, ratio, registers, spilled, stack."""
     if row["correct"]:
         verdict = "yes"
     else:
@@ -396,7 +396,12 @@ def _kernel_row(row):
                   f"{stock.get('stack_bytes')} / {mlir.get('stack_bytes')}"]
     else:
         cells += ["-"] * 6
-    return "| " + " | ".join(str(cell).replace("|", "/") for cell in cells) + " |"
+    return [str(cell).replace("|", "/") for cell in cells]
+
+
+def _kernel_row(row):
+    """One kernel's line of COMPILERS.md."""
+    return "| " + " | ".join(_kernel_cells(row)) + " |"
 
 
 def launch_markdown(stored):
@@ -432,7 +437,7 @@ def slower_markdown(chapter_id, chapter, slug, stamp_line):
     lines = [head, "", "| kernel | signature | numba-cuda [spread] | numba-cuda-mlir [spread] | ratio [spread] | "
              "registers | spilled bytes | stack bytes |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        cells = _kernel_row(row).strip("| ").split(" | ")
+        cells = _kernel_cells(row)
         lines.append("| " + " | ".join(cells[:2] + cells[3:]) + " |")
     return "\n".join(lines)
 
