@@ -77,6 +77,26 @@ def test_rows_of_several_workers_are_merged_per_kernel():
     assert not by_kernel["chapters.a.j"]["correct"] and by_kernel["chapters.a.j"]["error"] == "boom"
 
 
+def test_a_factorys_kernels_are_kept_apart():
+    """Chapter 03's fused kernel is made once per gradient dtype, with the same signature: two rows,
+    each timed on its own launches."""
+    from chapters.ch03_amp_unscale import kernels as k
+
+    made = [getattr(kernel, "py_func", None) or kernel.fn for kernel in k.unscale_fused_kernels.values()]
+    assert sorted(compilers.variant(fn) for fn in made) == ["element=float16", "element=float32"]
+    assert compilers.variant(k.unscale_one_tensor_kernel.py_func if workbook.ON_GPU
+                             else k.unscale_one_tensor_kernel.fn) == ""
+    from chapters.ch02_dropout import kernels as dropout  # the same flags, other device functions
+
+    wide, each = (getattr(kernel, "py_func", None) or kernel.fn
+                  for kernel in (dropout.backward_bitmask_kernel, dropout.backward_bitmask_scalar_kernel))
+    assert "load4=load4" in compilers.variant(wide) and "load4=load_each4" in compilers.variant(each)
+    half, single = _row("chapters.a.k", 1, 0, timed=True, ratio=1.5), _row("chapters.a.k", 1, 0, timed=True)
+    half["variant"], single["variant"] = "element=float16", "element=float32"
+    rows = compilers._merged([half, single])
+    assert len(rows) == 2 and "a.k (element=float16)" in compilers.slower_markdown("ch01", {"rows": rows}, "gpu", "")
+
+
 def test_the_tables_count_what_is_correct_slower_and_spilling():
     slow = _row("chapters.ch01_x.k", 1, 0, timed=True, ratio=1.5)
     slow[successor.NAME]["spill_bytes"] = 24
@@ -152,6 +172,18 @@ def test_a_chapter_kernel_compiles_with_its_16_byte_accesses():
 
 
 @needs_successor
+def test_a_float16_gradient_is_reached_through_a_typed_pointer():
+    from numba import int64
+
+    from chapters.ch03_amp_unscale import kernels as k
+
+    fused = k.unscale_fused_kernels[np.dtype(np.float16)]
+    ptx = _ptx(*successor.source_of(fused)[:1], int64[:, ::1], float32[::1], float32[::1])
+    assert len(re.findall(r"st(\.global)?\.v4\.b16", ptx)) >= 4  # a full tile: four 8-byte stores a thread
+    assert re.search(r"ld(\.global)?\.b16", ptx) and re.search(r"st(\.global)?\.b16", ptx)  # the partial tile
+
+
+@needs_successor
 def test_shared_quads_stay_in_shared_memory():
     from numba import cuda
 
@@ -196,6 +228,51 @@ def test_the_successors_gaps_are_mended():
 
     ptx = _ptx(more, int32[::1], float64[::1], uint32[::1])
     assert "match.any.sync.b64" in ptx and "membar.gl" in ptx and "atom.global.cas.b32" in ptx
+    if workbook.ON_GPU:
+        def checked(flags, values, old, out):
+            i = cuda.threadIdx.x
+            old[i] = cuda.atomic.cas(flags, i, 0, 1)  # each thread its own word: every swap succeeds
+            cuda.threadfence()
+            out[i] = cuda.match_any_sync(0xFFFFFFFF, values[i])
+
+        translation = successor.Translation(gpu=True)
+        values = 0.5 + np.arange(32) % 2  # even lanes 0.5, odd lanes 1.5
+        flags, d_values, old, out = (translation.cuda.to_device(a) for a in (
+            np.zeros(32, np.int32), values, np.full(32, 7, np.int32), np.zeros(32, np.uint32)))
+        translation.jit(checked, {})[1, 32](flags, d_values, old, out)
+        np.testing.assert_array_equal(flags.copy_to_host(), 1)
+        np.testing.assert_array_equal(old.copy_to_host(), 0)
+        np.testing.assert_array_equal(out.copy_to_host(), np.where(np.arange(32) % 2, 0xAAAAAAAA, 0x55555555))
+
+
+def test_a_device_arrays_view_is_made_once_and_forgotten_with_it():
+    class Translation:  # the successor's from_cuda_array_interface, counted
+        made = []
+
+        class cuda:
+            @staticmethod
+            def from_cuda_array_interface(interface, owner, sync):
+                Translation.made.append(interface["data"][0])
+                return ("view", interface["data"][0], interface["shape"])
+
+    class Array:
+        def __init__(self, address, shape):
+            self.address, self.shape = address, shape
+
+        @property
+        def __cuda_array_interface__(self):
+            return {"data": (self.address, False), "shape": self.shape, "strides": None, "typestr": "<f4",
+                    "version": 3}
+
+    launcher = object.__new__(successor.Launcher)
+    launcher.translation, launcher.views, launcher.streams = Translation, {}, {}
+    a, b = Array(4096, (8,)), Array(8192, (8,))
+    assert launcher.argument((a, b)) == (("view", 4096, (8,)), ("view", 8192, (8,)))
+    assert launcher.argument(a) is launcher.argument(a) and Translation.made == [4096, 8192]
+    a.shape = (4,)  # resized in place: a new view
+    assert launcher.argument(a) == ("view", 4096, (4,)) and len(Translation.made) == 3
+    del a, b
+    assert launcher.views == {}  # nothing kept alive, nothing left behind
 
 
 @needs_successor

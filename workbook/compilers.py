@@ -48,6 +48,30 @@ def _name(dispatcher):
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
+def variant(fn):
+    """What tells apart the kernels one factory makes (`_make_fused_kernel(np.float16)`): the numbers,
+    strings, dtypes and device functions' names its closure holds, "element=float16"; "" for a
+    kernel made once."""
+    import numpy as np
+
+    parts = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # not assigned yet
+            continue
+        if isinstance(value, type) and issubclass(value, np.generic):
+            value = value.__name__
+        elif isinstance(value, tuple) and all(isinstance(v, (int, np.integer)) for v in value):
+            value = "x".join(str(v) for v in value)
+        elif callable(value) and hasattr(getattr(value, "py_func", getattr(value, "fn", value)), "__name__"):
+            value = getattr(value, "py_func", getattr(value, "fn", value)).__name__  # a device function, by name
+        elif not isinstance(value, (bool, int, float, str, np.generic, np.dtype)):
+            continue  # an object: its settings are in the numbers beside it
+        parts.append(f"{name}={value}")
+    return ", ".join(parts)
+
+
 def _observe(dispatcher, args, launch_config):
     import numpy as np
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
@@ -56,7 +80,7 @@ def _observe(dispatcher, args, launch_config):
     if not name.startswith("chapters."):
         return  # the tests' own kernels and the workbook's helpers
     signature = ", ".join(str(dispatcher.typeof_pyval(arg)) for arg in args)
-    key = (name, signature)
+    key = (name, variant(dispatcher.py_func), signature)  # a factory's kernels apart: each its own launches
     entry = _kernels.setdefault(key, {"passed": 0, "failed": 0, "error": None, "bytes": -1, "launch": None,
                                       "dispatcher": dispatcher})
     _launched_now.add(key)
@@ -153,8 +177,8 @@ def _measure(key, entry, time_it=True):
 
     from . import bench
 
-    name, signature = key
-    row = {"kernel": name, "signature": signature, "tests_passed": entry["passed"], "tests_failed": entry["failed"],
+    name, made_with, signature = key
+    row = {"kernel": name, "variant": made_with, "signature": signature, "tests_passed": entry["passed"], "tests_failed": entry["failed"],
            "correct": entry["failed"] == 0 and entry["passed"] > 0, "error": entry["error"], "bytes": entry["bytes"]}
     dispatcher, launch = entry["dispatcher"], entry["launch"]
     if launch is None or not row["correct"] or not time_it:
@@ -163,6 +187,10 @@ def _measure(key, entry, time_it=True):
     args, griddim, blockdim, sharedmem = launch
     launcher = successor.launcher() or successor.Launcher()
     try:
+        try:
+            cuda.synchronize()
+        except Exception as error:  # noqa: BLE001
+            raise RuntimeError(f"an earlier launch left the GPU in error: {type(error).__name__}: {error}") from error
         mlir = launcher.kernel(dispatcher)
         mlir_args = [launcher.argument(arg) for arg in args]
         stock_config = dispatcher.configure(griddim, blockdim, 0, sharedmem)
@@ -174,9 +202,12 @@ def _measure(key, entry, time_it=True):
             mlir[griddim, blockdim, 0, sharedmem](*mlir_args)
 
         functions = {successor.STOCK: stock, successor.NAME: successor_launch}
-        for function in functions.values():
-            function()  # compiled before anything is timed
-        cuda.synchronize()
+        for which, function in functions.items():  # compiled before anything is timed
+            try:
+                function()
+                cuda.synchronize()
+            except Exception as error:  # noqa: BLE001  (which compiler's launch failed is the news)
+                raise RuntimeError(f"{which}'s launch, replayed: {type(error).__name__}: {error}") from error
         times = bench.time_interleaved(functions, repeats=REPEATS, flush=True)
         for which, values in times.items():
             low, high = (float(v) for v in np.percentile(values, [25, 75]))
@@ -294,11 +325,11 @@ def launch_overhead(samples=7, calls=200):
 
 
 def _merged(rows):
-    """One row per (kernel, signature) from the workers' rows: the tests of all of them counted, the
-    timing of the one that timed it."""
+    """One row per (kernel, variant, signature) from the workers' rows: the tests of all of them
+    counted, the timing of the one that timed it."""
     merged = {}
     for row in rows:
-        key = (row["kernel"], row["signature"])
+        key = (row["kernel"], row.get("variant", ""), row["signature"])
         if key not in merged:
             merged[key] = row
             continue
@@ -367,7 +398,8 @@ def markdown(stored):
     full = ["| kernel | signature | correct | numba-cuda [spread] | numba-cuda-mlir [spread] | ratio [spread] | "
             "registers | spilled bytes | stack bytes |", "|---|---|---|---|---|---|---|---|---|"]
     for chapter_id, chapter in sorted(stored.get("chapters", {}).items()):
-        full += [_kernel_row(row) for row in chapter["rows"]]
+        labels = _labels(chapter["rows"])
+        full += ["| " + " | ".join(_kernel_cells(row, labels[id(row)])) + " |" for row in chapter["rows"]]
     stamp = stored.get("stamp", {})
     stamp_line = (f"{stamp.get('device')}, driver {stamp.get('device_facts', {}).get('driver')}, numba-cuda "
                   f"{stamp.get('numba_cuda')}, numba-cuda-mlir {stamp.get('numba_cuda_mlir')}, "
@@ -380,14 +412,40 @@ def _us(figures):
     return f"{figures['median_ms'] * 1e3:.1f} us [{low * 1e3:.1f}-{high * 1e3:.1f}]"
 
 
-def _kernel_cells(row):
-    """One kernel's cells: kernel, signature, correct, both times, ratio, registers, spilled, stack."""
+def _labels(rows):
+    """{id(row): what tells the row's kernel apart from the same factory's other kernels among `rows`}:
+    the fewest of a variant's settings that, with the signature, leave no two rows alike
+    ("BN=32, causal=True"), chosen one at a time, the setting that splits most first."""
+    settings, labels = {}, {}
+    for row in rows:
+        pairs = [part.split("=", 1) for part in row.get("variant", "").split(", ") if "=" in part]
+        settings.setdefault(row["kernel"], []).append((row, dict(pairs)))
+    for kernel_rows in settings.values():
+        keys, chosen = sorted({key for _, pairs in kernel_rows for key in pairs}), []
+
+        def classes(keys_):
+            return len({(row["signature"], *(pairs.get(k) for k in keys_)) for row, pairs in kernel_rows})
+
+        while classes(chosen) < len(kernel_rows):
+            best = max((key for key in keys if key not in chosen), key=lambda k: classes(chosen + [k]), default=None)
+            if best is None or classes(chosen + [best]) == classes(chosen):
+                break
+            chosen.append(best)
+        for row, pairs in kernel_rows:
+            labels[id(row)] = ", ".join(f"{key}={pairs[key]}" for key in sorted(chosen) if key in pairs)
+    return labels
+
+
+def _kernel_cells(row, label=""):
+    """One kernel's cells: kernel, signature, correct, both times, ratio, registers, spilled, stack.
+    `label` tells a factory's kernels apart (_labels)."""
     if row["correct"]:
         verdict = "yes"
     else:
         last = (row.get("error") or "").strip().splitlines()
         verdict = f"**no** ({last[-1][:80] if last else 'not launched by a passing test'})"
-    cells = [_short(row["kernel"]), row["signature"].replace("array(", "").replace(", C)", "")[:60], verdict]
+    kernel = _short(row["kernel"]) + (f" ({label})" if label else "")
+    cells = [kernel, row["signature"].replace("array(", "").replace(", C)", "")[:60], verdict]
     if row.get("timed"):
         stock, mlir, ratio = row[NAME_STOCK], row[NAME_MLIR], row["time_ratio"]
         cells += [_us(stock), _us(mlir), f"{ratio['median']:.2f} [{ratio['spread'][0]:.2f}-{ratio['spread'][1]:.2f}]",
@@ -397,11 +455,6 @@ def _kernel_cells(row):
     else:
         cells += ["-"] * 6
     return [str(cell).replace("|", "/") for cell in cells]
-
-
-def _kernel_row(row):
-    """One kernel's line of COMPILERS.md."""
-    return "| " + " | ".join(_kernel_cells(row)) + " |"
 
 
 def launch_markdown(stored):
@@ -436,8 +489,9 @@ def slower_markdown(chapter_id, chapter, slug, stamp_line):
         return f"{head}\n\nNo kernel of {chapter_id} is more than 10% slower under the successor."
     lines = [head, "", "| kernel | signature | numba-cuda [spread] | numba-cuda-mlir [spread] | ratio [spread] | "
              "registers | spilled bytes | stack bytes |", "|---|---|---|---|---|---|---|---|"]
+    labels = _labels(chapter["rows"])
     for row in rows:
-        cells = _kernel_cells(row)
+        cells = _kernel_cells(row, labels[id(row)])
         lines.append("| " + " | ".join(cells[:2] + cells[3:]) + " |")
     return "\n".join(lines)
 

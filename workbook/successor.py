@@ -24,6 +24,7 @@ types, or the successor's when WORKBOOK_COMPILER names it (workbook/simulator/co
 """
 
 import types as _py
+import weakref
 
 from .device import STOCK_COMPILER as STOCK
 from .device import SUCCESSOR as NAME
@@ -87,15 +88,15 @@ WORKAROUNDS = (
      "wgmma there", "0.6.0, to report", "the wgmma intrinsics are inlined into their caller (inline='always')"),
     ("inline_ptx numbers its operands %0..%9 only: '%1' also rewrites '%10'", "0.6.0, to report",
      "operands from the tenth on are written as the placeholders the lowering produces ({$r10})"),
+    ("a typed pointer is made from an address by ctypes.cast only, and ctypes has no half type: no pointer to "
+     "float16", "0.6.0, to report", "successor_intrinsics types the cast itself (CPointer of float32 or float16) "
+     "and lowers it as llvm.inttoptr, as ctypes.cast does"),
 )
 
 
-# What is not mended yet: (what fails, where it shows, what would mend it).
-UNMENDED = (
-    ("a typed pointer to float16: the successor makes typed pointers through ctypes, which has no half type",
-     "chapter 03's fused unscale on float16 gradients (tensor_pointer)", "an array view of the pointer "
-     "(cuda.carray), if the successor takes one"),
-)
+# What is not mended yet: (what fails, where it shows, what would mend it). Empty: every chapter's
+# kernels compile and run under the successor.
+UNMENDED = ()
 
 
 def missing():
@@ -322,17 +323,39 @@ class Launcher:
     def __init__(self):
         self.translation = Translation(gpu=True)
         self.streams = {}
+        self.views = {}  # id(array) -> (a weak reference to it, its memory as a key, the successor's view)
 
     def kernel(self, dispatcher):
         return self.translation.jit(dispatcher.py_func, dispatcher.targetoptions)
 
     def argument(self, value):
-        cuda = self.translation.cuda
         if hasattr(value, "__cuda_array_interface__") and not type(value).__module__.startswith("numba_cuda_mlir"):
-            return cuda.from_cuda_array_interface(value.__cuda_array_interface__, owner=value, sync=False)
+            return self.view(value)
         if isinstance(value, tuple):
             return tuple(self.argument(item) for item in value)
         return value
+
+    def view(self, array):
+        """The successor's view of a device array, made once per array: making one costs the host
+        more than the launch itself. It is made again if the array's memory, shape or strides have
+        changed (a torch tensor can be resized in place), and forgotten when the array is."""
+        interface = array.__cuda_array_interface__
+        memory = (interface["data"][0], interface["shape"], interface.get("strides"), interface["typestr"])
+        kept = self.views.get(id(array))
+        if kept is not None and kept[0]() is array and kept[1] == memory:
+            return kept[2]
+        # The owner handed over carries the dtype alone (a record's fields are not in the interface's
+        # typestr): the view must not keep the array alive, or the array would never be forgotten.
+        # The caller holds the array through the launch, as it does under numba-cuda.
+        owner = _py.SimpleNamespace(dtype=getattr(array, "dtype", None))
+        view = self.translation.cuda.from_cuda_array_interface(interface, owner=owner, sync=False)
+        try:
+            key = id(array)
+            reference = weakref.ref(array, lambda _, key=key: self.views.pop(key, None))
+        except TypeError:  # an array that cannot be referred to weakly is converted at each launch
+            return view
+        self.views[key] = (reference, memory, view)
+        return view
 
     def stream(self, stream):
         if not stream:

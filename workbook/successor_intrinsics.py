@@ -22,6 +22,7 @@ from numba_cuda_mlir._mlir.dialects import nvvm as _nvvm
 from numba_cuda_mlir.extending import lower_builtin as _lower_builtin
 from numba_cuda_mlir.extending import overload as _overload
 from numba_cuda_mlir.extending import refresh_registries as _refresh_registries
+from numba_cuda_mlir.extending import type_callable as _type_callable
 from numba_cuda_mlir.extending import typing_registry
 from numba_cuda_mlir.numba_cuda import stubs as _stubs
 
@@ -491,8 +492,6 @@ for _fenced, _scope in ((_stubs.threadfence, "GPU"), (_stubs.threadfence_block, 
     _lower_builtin(_fenced)(_fence(_scope))
 
 
-_refresh_registries()
-
 
 # ---------------------------------------------------------------------------------------------
 # A chapter's own intrinsics, by the name the chapter gives them ("module.name")
@@ -510,39 +509,75 @@ def pointer_store4(pointer, index, quad):
     raise NotImplementedError("store4 runs in a kernel compiled by numba-cuda-mlir")
 
 
+def _address_as_pointer(address, element):
+    raise NotImplementedError("a typed pointer is made in a kernel compiled by numba-cuda-mlir")
+
+
+@_type_callable(_address_as_pointer, typing_registry=typing_registry)
+def _type_address_as_pointer(context):
+    def typer(address, element):
+        dtype = getattr(element, "dtype", None)
+        if isinstance(address, types.Integer) and dtype in (types.float32, types.float16):
+            return types.CPointer(dtype)
+        return None
+
+    return typer
+
+
+@_lower_builtin(_address_as_pointer, types.Integer, types.Any)
+def _lower_address_as_pointer(lower, target, args, kwargs):
+    """An integer address as a typed pointer (llvm.inttoptr): what the successor's ctypes.cast does,
+    for float16 too, which ctypes has no type for (successor.WORKAROUNDS)."""
+    from numba_cuda_mlir._mlir.dialects import llvm
+    from numba_cuda_mlir._mlir.extras import types as mlir_types
+    from numba_cuda_mlir.lowering_utilities import convert
+
+    address = convert(lower.load_var(args[0]), mlir_types.i64())
+    lower.store_var(target, llvm.inttoptr(res=llvm.PointerType.get(), arg=address))
+
+
 @overload(tensor_pointer)
 def _tensor_pointer(address, element):
-    """Chapter 03's typed pointer to a gradient tensor at `address`. float32 only: ctypes, through
-    which the successor makes a typed pointer, has no half type."""
-    if not (isinstance(address, types.Integer) and getattr(element, "dtype", None) == types.float32):
+    """Chapter 03's typed pointer to a gradient tensor at `address` (float32 or float16)."""
+    if not isinstance(address, types.Integer) or getattr(element, "dtype", None) not in (types.float32, types.float16):
         return None
 
     def body(address, element):
-        return ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
+        return _address_as_pointer(address, element)
 
     return body
 
 
+def _quad_of(pointer):
+    """The four-wide vector type and its access size for a pointer's element, or None."""
+    if isinstance(pointer, types.CPointer) and pointer.dtype in (types.float32, types.float16):
+        return 4 * pointer.dtype.bitwidth // 8
+    return None
+
+
 @overload(pointer_load4)
 def _pointer_load4(pointer, index):
-    if not (isinstance(pointer, types.CPointer) and pointer.dtype == types.float32):
+    size = _quad_of(pointer)
+    if size is None:
         return None
 
     def body(pointer, index):
-        v = cuda.vector.load(pointer, index, 4, 16)
-        return (v.x, v.y, v.z, v.w)
+        v = cuda.vector.load(pointer, index, 4, size)
+        return (types.float32(v.x), types.float32(v.y), types.float32(v.z), types.float32(v.w))
 
     return body
 
 
 @overload(pointer_store4)
 def _pointer_store4(pointer, index, quad):
-    if not (isinstance(pointer, types.CPointer) and pointer.dtype == types.float32):
+    size = _quad_of(pointer)
+    if size is None:
         return None
+    dtype = pointer.dtype
+    make = getattr(cuda, f"{dtype}x4")
 
     def body(pointer, index, quad):
-        cuda.vector.store(pointer, index, cuda.float32x4(types.float32(quad[0]), types.float32(quad[1]),
-                                                         types.float32(quad[2]), types.float32(quad[3])), 16)
+        cuda.vector.store(pointer, index, make(dtype(quad[0]), dtype(quad[1]), dtype(quad[2]), dtype(quad[3])), size)
 
     return body
 
@@ -552,3 +587,5 @@ BY_NAME = {
     "chapters.ch03_amp_unscale.kernels.load4": pointer_load4,
     "chapters.ch03_amp_unscale.kernels.store4": pointer_store4,
 }
+
+_refresh_registries()  # the lowerings above, registered after the successor's own
