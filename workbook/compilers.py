@@ -64,8 +64,8 @@ def variant(fn):
             value = value.__name__
         elif isinstance(value, tuple) and all(isinstance(v, (int, np.integer)) for v in value):
             value = "x".join(str(v) for v in value)
-        elif callable(value) and hasattr(getattr(value, "py_func", getattr(value, "fn", value)), "__name__"):
-            value = getattr(value, "py_func", getattr(value, "fn", value)).__name__  # a device function, by name
+        elif callable(python := getattr(value, "py_func", getattr(value, "fn", value))) and hasattr(python, "__name__"):
+            value = python.__name__  # a device function (a dispatcher, the simulator's, or plain), by name
         elif not isinstance(value, (bool, int, float, str, np.generic, np.dtype)):
             continue  # an object: its settings are in the numbers beside it
         parts.append(f"{name}={value}")

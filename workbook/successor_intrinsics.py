@@ -14,7 +14,6 @@ types (an array's dtype, a tuple's length) and returns the body for them, as num
 Importing this module needs numba-cuda-mlir; successor.py imports it only when a kernel is rebuilt.
 """
 
-import ctypes
 import functools
 
 from numba_cuda_mlir import cuda, types
@@ -492,7 +491,6 @@ for _fenced, _scope in ((_stubs.threadfence, "GPU"), (_stubs.threadfence_block, 
     _lower_builtin(_fenced)(_fence(_scope))
 
 
-
 # ---------------------------------------------------------------------------------------------
 # A chapter's own intrinsics, by the name the chapter gives them ("module.name")
 
@@ -509,6 +507,9 @@ def pointer_store4(pointer, index, quad):
     raise NotImplementedError("store4 runs in a kernel compiled by numba-cuda-mlir")
 
 
+POINTEES = (types.float32, types.float16)  # chapter 03's gradients
+
+
 def _address_as_pointer(address, element):
     raise NotImplementedError("a typed pointer is made in a kernel compiled by numba-cuda-mlir")
 
@@ -517,9 +518,7 @@ def _address_as_pointer(address, element):
 def _type_address_as_pointer(context):
     def typer(address, element):
         dtype = getattr(element, "dtype", None)
-        if isinstance(address, types.Integer) and dtype in (types.float32, types.float16):
-            return types.CPointer(dtype)
-        return None
+        return types.CPointer(dtype) if isinstance(address, types.Integer) and dtype in POINTEES else None
 
     return typer
 
@@ -539,7 +538,7 @@ def _lower_address_as_pointer(lower, target, args, kwargs):
 @overload(tensor_pointer)
 def _tensor_pointer(address, element):
     """Chapter 03's typed pointer to a gradient tensor at `address` (float32 or float16)."""
-    if not isinstance(address, types.Integer) or getattr(element, "dtype", None) not in (types.float32, types.float16):
+    if not isinstance(address, types.Integer) or getattr(element, "dtype", None) not in POINTEES:
         return None
 
     def body(address, element):
@@ -548,16 +547,16 @@ def _tensor_pointer(address, element):
     return body
 
 
-def _quad_of(pointer):
-    """The four-wide vector type and its access size for a pointer's element, or None."""
-    if isinstance(pointer, types.CPointer) and pointer.dtype in (types.float32, types.float16):
+def _quad_bytes(pointer):
+    """The size of a four-element access through a pointer to chapter 03's gradients, or None."""
+    if isinstance(pointer, types.CPointer) and pointer.dtype in POINTEES:
         return 4 * pointer.dtype.bitwidth // 8
     return None
 
 
 @overload(pointer_load4)
 def _pointer_load4(pointer, index):
-    size = _quad_of(pointer)
+    size = _quad_bytes(pointer)
     if size is None:
         return None
 
@@ -570,7 +569,7 @@ def _pointer_load4(pointer, index):
 
 @overload(pointer_store4)
 def _pointer_store4(pointer, index, quad):
-    size = _quad_of(pointer)
+    size = _quad_bytes(pointer)
     if size is None:
         return None
     dtype = pointer.dtype
