@@ -7,6 +7,8 @@
 #     LIMIT=540 bash tools/successor_on_device.sh compilers ch02 ch03 launch
 #         python -m workbook compilers: $OUT/compilers.json, whose chapters go into
 #         results/<device>/compilers.json here (then `python -m workbook table --readme`)
+#     bash tools/successor_on_device.sh run ncu ... python tools/successor_ncu_ch08.py
+#         any command, with the successor importable
 # LIMIT: seconds the command may take (default 300), inside the device tool's own limit; TAILN:
 # lines of its output shown (default 30).
 set -u
@@ -20,5 +22,7 @@ case $what in
            | tail -n "${TAILN:-30}" ;;
   compilers) timeout "${LIMIT:-300}" python -m workbook compilers "$@" 2>&1 | tail -n "${TAILN:-30}"
              cp "$OUT"/results/*/compilers.json "$OUT"/ 2>/dev/null ;;
-  *) echo "usage: bash tools/successor_on_device.sh tests <pytest args> | compilers <chNN ...> [launch]" >&2; exit 2 ;;
+  run) timeout "${LIMIT:-300}" "$@" 2>&1 | tail -n "${TAILN:-30}" ;;
+  *) echo "usage: bash tools/successor_on_device.sh tests <pytest args> | compilers <chNN ...> [launch] | run <command>" >&2
+     exit 2 ;;
 esac

@@ -48,13 +48,14 @@ def _name(dispatcher):
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
-def variant(fn):
+def variant(fn, _seen=()):
     """What tells apart the kernels one factory makes (`_make_fused_kernel(np.float16)`): the numbers,
-    strings, dtypes and device functions' names its closure holds, "element=float16"; "" for a
-    kernel made once."""
+    strings, dtypes and device functions' names its closure holds, "element=float16"; for a device
+    function a factory made, what its own closure holds, "forward.load4=load_each4"; "" for a kernel
+    made once."""
     import numpy as np
 
-    parts = []
+    parts, _seen = [], (*_seen, fn)
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         try:
             value = cell.cell_contents
@@ -65,7 +66,13 @@ def variant(fn):
         elif isinstance(value, tuple) and all(isinstance(v, (int, np.integer)) for v in value):
             value = "x".join(str(v) for v in value)
         elif callable(python := getattr(value, "py_func", getattr(value, "fn", value))) and hasattr(python, "__name__"):
-            value = python.__name__  # a device function (a dispatcher, the simulator's, or plain), by name
+            # a device function (a dispatcher, the simulator's, or plain): what its closure holds, or its name
+            jitted = python is not value and hasattr(python, "__code__")  # not an intrinsic, not plain Python
+            inner = variant(python, _seen) if jitted and python not in _seen else ""
+            if inner:
+                parts.extend(f"{name}.{part}" for part in inner.split(", "))
+                continue
+            value = python.__name__
         elif not isinstance(value, (bool, int, float, str, np.generic, np.dtype)):
             continue  # an object: its settings are in the numbers beside it
         parts.append(f"{name}={value}")
@@ -84,7 +91,9 @@ def _observe(dispatcher, args, launch_config):
     entry = _kernels.setdefault(key, {"passed": 0, "failed": 0, "error": None, "bytes": -1, "launch": None,
                                       "dispatcher": dispatcher})
     _launched_now.add(key)
-    size = sum(getattr(arg, "nbytes", 0) for arg in args)
+    # A table of addresses (chapter 03's) names the arrays it points at in `addressed`: they count
+    # toward the launch's size, and the replay, which holds the table, keeps them alive.
+    size = sum(getattr(arg, "nbytes", 0) + sum(a.nbytes for a in getattr(arg, "addressed", ())) for arg in args)
     replayable = all(isinstance(arg, DeviceNDArray) or not isinstance(arg, np.ndarray) for arg in args)
     if replayable and size > entry["bytes"]:
         entry["bytes"] = size
@@ -125,7 +134,8 @@ def pytest_sessionfinish(session):
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    sizes = {repr(key): entry["bytes"] for key, entry in _kernels.items() if entry["launch"] is not None}
+    sizes = {repr(key): entry["bytes"] for key, entry in _kernels.items()  # what this worker can time
+             if entry["launch"] is not None and entry["passed"] and not entry["failed"]}
     Path(out, f"sizes-{worker}.json").write_text(json.dumps(sizes))
     Path(out, f"done-{worker}").touch()  # every worker says so, kernels or none
     if not _kernels:
@@ -275,10 +285,10 @@ def run(chapters, jobs=8, timeout=1200):
             done = subprocess.CompletedProcess([], returncode=f"timed out after {timeout} s")
         rows = _merged([json.loads(line) for p in sorted(Path(out).glob("rows-*.jsonl"))
                         for line in p.read_text().splitlines()])
-        stored["chapters"][chapter_id] = {"rows": rows, "translation": TRANSLATION, "timing_rule": "largest launch",
-                                          "pytest_exit": done.returncode,
-                                          "seconds": round(time.perf_counter() - started, 1)}
         stored["stamp"] = {**results.stamp(), "numba_cuda_mlir": _version()}
+        stored["chapters"][chapter_id] = {"rows": rows, "translation": TRANSLATION, "timing_rule": "largest launch",
+                                          "pytest_exit": done.returncode, "date": stored["stamp"]["date"],
+                                          "seconds": round(time.perf_counter() - started, 1)}
         path.write_text(json.dumps(stored, indent=1) + "\n")
         print(f"{chapter_id}: {len(rows)} kernels, pytest exit {done.returncode}, "
               f"{stored['chapters'][chapter_id]['seconds']} s -> {path}")
@@ -382,10 +392,10 @@ NAME_STOCK, NAME_MLIR = successor.STOCK, successor.NAME
 def markdown(stored):
     """(summary table, every kernel's table, stamp line) in Markdown."""
     lines = ["| chapter | kernels (by signature) | correct under numba-cuda-mlir | timed | time, successor / numba-cuda "
-             "(median) | more than 10% slower | spilling more |", "|---|---|---|---|---|---|---|"]
+             "(median) | more than 10% slower | spilling more | measured |", "|---|---|---|---|---|---|---|---|"]
     for chapter_id, total, correct, timed, ratio, slower, spills in chapter_summary(stored):
         lines.append(f"| {chapter_id} | {total} | {correct} | {timed} | {'-' if ratio is None else f'{ratio:.2f}'} | "
-                     f"{slower} | {spills} |")
+                     f"{slower} | {spills} | {stored['chapters'][chapter_id].get('date', '-')[:10]} |")
     summary = "\n".join(lines)
     older = sorted({c.get("translation", 1) for c in stored.get("chapters", {}).values()} - {TRANSLATION})
     for version in older:
@@ -400,11 +410,14 @@ def markdown(stored):
     for chapter_id, chapter in sorted(stored.get("chapters", {}).items()):
         labels = _labels(chapter["rows"])
         full += ["| " + " | ".join(_kernel_cells(row, labels[id(row)])) + " |" for row in chapter["rows"]]
-    stamp = stored.get("stamp", {})
-    stamp_line = (f"{stamp.get('device')}, driver {stamp.get('device_facts', {}).get('driver')}, numba-cuda "
-                  f"{stamp.get('numba_cuda')}, numba-cuda-mlir {stamp.get('numba_cuda_mlir')}, "
-                  f"numpy {stamp.get('numpy')}, {stamp.get('date')}")
-    return summary, "\n".join(full), stamp_line
+    return summary, "\n".join(full), stamp_line(stored.get("stamp", {}))
+
+
+def stamp_line(stamp, date=None):
+    """The device and versions of a run; `date`: when a chapter was measured (the latest run's if None)."""
+    return (f"{stamp.get('device')}, driver {stamp.get('device_facts', {}).get('driver')}, numba-cuda "
+            f"{stamp.get('numba_cuda')}, numba-cuda-mlir {stamp.get('numba_cuda_mlir')}, "
+            f"numpy {stamp.get('numpy')}, {date or stamp.get('date')}")
 
 
 def _us(figures):
@@ -532,6 +545,7 @@ def write_tables(slug):
     for chapter_id, path in experiments_files(stored).items():
         text = path.read_text()
         if SLOWER_BEGIN in text:
-            block = slower_markdown(chapter_id, stored["chapters"][chapter_id], slug, stamp)
+            chapter = stored["chapters"][chapter_id]
+            block = slower_markdown(chapter_id, chapter, slug, stamp_line(stored["stamp"], chapter.get("date")))
             path.write_text(_replace_block(text, SLOWER_BEGIN, SLOWER_END, block))
     return True

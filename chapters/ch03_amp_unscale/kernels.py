@@ -338,7 +338,9 @@ class GradientList:
                 continue  # only empty tensors: nothing to launch
             blocks = min(n_tiles, max_blocks)  # a block per tile, unless told fewer
             # The configured launch is built once, too: kernel[blocks, threads] costs host time.
-            self.launches.append((kernel[blocks, THREADS_PER_BLOCK], cuda.to_device(table)))
+            on_device = cuda.to_device(table)
+            on_device.addressed = tuple(self.flat[begin:end])  # what it points at lives as long as it does
+            self.launches.append((kernel[blocks, THREADS_PER_BLOCK], on_device))
             self.blocks.append(blocks)
 
     def __len__(self):
