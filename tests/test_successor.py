@@ -109,12 +109,15 @@ def test_the_tables_count_what_is_correct_slower_and_spilling():
     slow[successor.NAME]["spill_bytes"] = 24
     stored = {"chapters": {"ch01": {"rows": [slow, _row("chapters.ch01_x.j", 1, 0, timed=True),
                                              _row("chapters.ch01_x.i", 0, 2)], "translation": compilers.TRANSLATION,
-                                    "timing_rule": "largest launch"}},
+                                    "timing_rule": "largest launch", "variant_rule": compilers.VARIANT_RULE,
+                                    "date": "2026-11-30T01:00:00"}},
               "stamp": {"device": "GPU", "numba_cuda_mlir": "0.6.0"}}
     summary, full, stamp = compilers.markdown(stored)
-    assert "| ch01 | 3 | 2 | 2 | 1.25 | 1 | 1 |" in summary
+    assert "| ch01 | 3 | 2 | 2 | 1.25 | 1 | 1 | 2026-11-30 |" in summary
     assert full.count("\n| ch01_x.") == 3 and "**no**" in full and "0.6.0" in stamp
-    assert "older rebuild" not in summary
+    assert "older rebuild" not in summary and "share a row" not in summary
+    del stored["chapters"]["ch01"]["variant_rule"]  # measured before rows looked into device functions
+    assert "ch01: measured before the rows told apart" in compilers.markdown(stored)[0]
     stored["chapters"]["ch01"]["translation"] = 1
     assert "older rebuild" in compilers.markdown(stored)[0]
     assert "not measured" in compilers.launch_markdown(stored)

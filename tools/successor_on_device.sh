@@ -7,7 +7,7 @@
 #     LIMIT=540 bash tools/successor_on_device.sh compilers ch02 ch03 launch
 #         python -m workbook compilers: $OUT/compilers.json, whose chapters go into
 #         results/<device>/compilers.json here (then `python -m workbook table --readme`)
-#     bash tools/successor_on_device.sh run ncu ... python tools/successor_ncu_ch08.py
+#     bash tools/successor_on_device.sh run ncu ... python tools/successor_ncu.py ch08-half-weights
 #         any command, with the successor importable
 # LIMIT: seconds the command may take (default 300), inside the device tool's own limit; TAILN:
 # lines of its output shown (default 30).
