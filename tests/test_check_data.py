@@ -141,3 +141,17 @@ def test_an_exemption_for_a_kernel_never_launched_is_named():
     found = cd.audit(typo)
     assert "ch00.1: Exercise.fixed or .tiles names copy_gridstride_kernel, which the check never launches" in found
     assert "ch00.1: Exercise.fixed exempts 'copy_grid_stride_kernel argument 0' without a reason" in found
+
+
+def test_an_output_the_code_allocates_is_not_taken_for_an_input():
+    """While launches are recorded, cuda.device_array is poisoned: what np.empty left in an output
+    (a stray NaN) cannot pass for an input value."""
+    from numba import cuda
+
+    stock = cuda.device_array
+    with cd._outputs_poisoned():
+        fresh = cuda.device_array((3, 5), np.float32)
+        given = cuda.to_device(np.ones(4, np.float32))
+    assert cd._argument(0, fresh).value is None  # seen as an output
+    np.testing.assert_array_equal(cd._argument(1, given).value, 1)  # an input keeps its values
+    assert cuda.device_array is stock

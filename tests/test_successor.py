@@ -3,6 +3,7 @@ the options handed over, the rows merged and tabled; and, where numba-cuda-mlir 
 workbook's kernels and intrinsics compiled by it without a GPU (PTX read back)."""
 
 import json
+import os
 import re
 
 import numpy as np
@@ -118,6 +119,8 @@ def test_the_tables_count_what_is_correct_slower_and_spilling():
     assert "older rebuild" not in summary and "share a row" not in summary
     del stored["chapters"]["ch01"]["variant_rule"]  # measured before rows looked into device functions
     assert "ch01: measured before the rows told apart" in compilers.markdown(stored)[0]
+    stored["chapters"]["ch01"]["range_mend"] = True
+    assert "ch01: measured with successor_mends._patch_range_count on" in compilers.markdown(stored)[0]
     stored["chapters"]["ch01"]["translation"] = 1
     assert "older rebuild" in compilers.markdown(stored)[0]
     assert "not measured" in compilers.launch_markdown(stored)
@@ -253,6 +256,56 @@ def test_the_successors_gaps_are_mended():
         np.testing.assert_array_equal(flags.copy_to_host(), 1)
         np.testing.assert_array_equal(old.copy_to_host(), 0)
         np.testing.assert_array_equal(out.copy_to_host(), np.where(np.arange(32) % 2, 0xAAAAAAAA, 0x55555555))
+
+
+@needs_successor
+def test_the_range_mend_divides_once_by_the_steps_size_and_leaves_constant_steps_alone():
+    """successor_mends._patch_range_count (on with WORKBOOK_SUCCESSOR_RANGE_MEND=1): a range whose
+    step is known at run time only counts its trips with one division, never by a negated step (whose
+    unsigned bits keep every warp in the 64-bit division subroutine); a constant step's loop is
+    compiled as without it. On a GPU, every count is Python's, past the end and stepping down
+    included."""
+    from numba import cuda, int64
+    from numba_cuda_mlir import lowering_utilities
+
+    from workbook import successor_mends
+
+    if os.environ.get(successor_mends.RANGE_MEND) == "1":
+        pytest.skip("the mend is on for the whole run: nothing to compare it with")
+
+    def trips(starts, stops, steps, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            n = 0
+            for _ in range(starts[i], stops[i], steps[i]):
+                n += 1
+            out[i] = n
+
+    def by_four(values, out):
+        for i in range(cuda.grid(1), out.size, 4):
+            out[i] = values[i]
+
+    types = (int64[::1],) * 4
+    before = _ptx(trips, *types), _ptx(by_four, int64[::1], int64[::1])
+    stock = lowering_utilities.RangeObject.__init__
+    successor_mends._patch_range_count()
+    try:
+        after = _ptx(trips, *types), _ptx(by_four, int64[::1], int64[::1])
+        negated = set(re.findall(r"neg\.s64\s+(%rd\d+)", after[0]))
+        divisors = re.findall(r"div\.u64\s+%rd\d+, %rd\d+, (%rd\d+)", after[0])
+        assert len(divisors) == 1 and not negated & set(divisors), after[0]
+        assert len(re.findall(r"div\.u64", before[0])) == 2  # the successor's own: two
+        assert after[1] == before[1]  # a constant step: untouched
+        if workbook.ON_GPU:
+            cases = [(0, 10, 3), (10, 0, 3), (5, 5, 1), (9, -2, -4), (-2, 9, -4), (0, 1, 7), (3, 2**33, 2**31),
+                     (2**40, 0, -(2**38)), (-7, 7, 1), (7, -7, -1)]
+            translation = successor.Translation(gpu=True)
+            args = [translation.cuda.to_device(np.array(column, np.int64)) for column in zip(*cases)]
+            out = translation.cuda.to_device(np.full(len(cases), -1, np.int64))
+            translation.jit(trips, {})[1, 32](*args, out)
+            np.testing.assert_array_equal(out.copy_to_host(), [len(range(*case)) for case in cases])
+    finally:
+        lowering_utilities.RangeObject.__init__ = stock
 
 
 def test_a_device_arrays_view_is_made_once_and_forgotten_with_it():

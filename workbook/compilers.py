@@ -292,12 +292,19 @@ def run(chapters, jobs=8, timeout=1200):
         stored["stamp"] = {**results.stamp(), "numba_cuda_mlir": _version()}
         stored["chapters"][chapter_id] = {"rows": rows, "translation": TRANSLATION, "timing_rule": "largest launch",
                                           "pytest_exit": done.returncode, "date": stored["stamp"]["date"],
-                                          "variant_rule": VARIANT_RULE,
+                                          "variant_rule": VARIANT_RULE, "range_mend": _range_mend_on(),
                                           "seconds": round(time.perf_counter() - started, 1)}
         path.write_text(json.dumps(stored, indent=1) + "\n")
         print(f"{chapter_id}: {len(rows)} kernels, pytest exit {done.returncode}, "
               f"{stored['chapters'][chapter_id]['seconds']} s -> {path}")
     return 0
+
+
+def _range_mend_on():
+    """Whether the run built its kernels with successor_mends._patch_range_count (off by default)."""
+    from .successor_mends import RANGE_MEND
+
+    return os.environ.get(RANGE_MEND) == "1"
 
 
 def _axpy(a, x, y, out):
@@ -410,6 +417,10 @@ def markdown(stored):
     if anyone:
         summary += (f"\n\n{', '.join(anyone)}: each kernel timed at one launch of the tests, not yet the largest "
                     "one (measured before that rule).")
+    mended = [k for k, c in sorted(stored.get("chapters", {}).items()) if c.get("range_mend")]
+    if mended:
+        summary += (f"\n\n{', '.join(mended)}: measured with successor_mends._patch_range_count on "
+                    "(WORKBOOK_SUCCESSOR_RANGE_MEND=1).")
     merged = [k for k, c in sorted(stored.get("chapters", {}).items()) if c.get("variant_rule", 1) < VARIANT_RULE]
     if merged:
         summary += (f"\n\n{', '.join(merged)}: measured before the rows told apart kernels of one factory that "

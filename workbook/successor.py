@@ -64,6 +64,13 @@ WORKAROUNDS = (
      "its index stepped by the iterator's 'valid' flag, so no trip count to unroll; over a tuple of float16 NVVM "
      "answers 'unsupported operation'", "0.6.0, to report",
      "chapter 06's helpers loop over range(len(values)): unrolled by both, the same PTX under numba-cuda"),
+    ("range(start, stop, step) with a step known at run time only counts its trips with two 64-bit unsigned "
+     "divisions, for a positive and a negative step, and chooses after; one always has a negative operand "
+     "(-step, or stop - start past the end), so every warp runs the 64-bit division subroutine at each "
+     "grid-stride loop's entry (chapter 02's float16 backward: two thirds of the instructions it executes "
+     "more than numba-cuda's build)", "0.6.0, to report (tools/successor_repro_range.py)",
+     "successor_mends._patch_range_count counts with one division by |step| of a span clamped at zero, "
+     "constant steps left alone; off until measured on every chapter (WORKBOOK_SUCCESSOR_RANGE_MEND=1)"),
     ("match_any_sync and match_all_sync of a float32 or float64 fail to compile (nvvm.match.sync takes "
      "integers only: an internal compiler error)", "0.6.0, to report",
      "successor_mends._patch_matches hands it the float's bits, which numba-cuda compares"),

@@ -6,7 +6,12 @@ one function less here and one line less there.
 """
 
 
+import os
+
 _applied = []
+# A mend tried, not yet on by default: WORKBOOK_SUCCESSOR_RANGE_MEND=1 applies _patch_range_count
+# (chapter 08's EXPERIMENTS.md says why it waits for a measurement on a GPU).
+RANGE_MEND = "WORKBOOK_SUCCESSOR_RANGE_MEND"
 
 
 def apply():
@@ -17,6 +22,8 @@ def apply():
     _patch_shuffles()
     _patch_matches()
     _patch_compare_and_swap()
+    if os.environ.get(RANGE_MEND) == "1":
+        _patch_range_count()
     from . import successor_intrinsics  # noqa: F401  (registers the lowerings of lanemask_lt and the fences)
 
     _applied.append(True)
@@ -106,3 +113,50 @@ def _patch_shuffles():
         builder.store_var(target, arith.bitcast(value.type, bits) if isinstance(value.type, ir.FloatType) else bits)
 
     lowering._shfl_sync_lowering = shuffle
+
+
+def _is_constant(value):
+    """Whether an MLIR value is a constant, through the casts between (the step of range(a, b, 4))."""
+    while True:
+        owner = value.owner
+        name = getattr(owner, "name", None)
+        if name in ("arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast", "arith.bitcast"):
+            value = owner.operands[0]
+            continue
+        return name == "arith.constant"
+
+
+def _patch_range_count():
+    """A range whose step is known at run time only counts its trips with one division, of two
+    non-negative numbers (WORKAROUNDS). The successor divides twice, for a positive step and for a
+    negative one, and chooses after: one of the two always has a negative operand read as unsigned
+    (-step, or stop - start for a thread that starts past the end), which never fits 32 bits, so
+    ptxas's shortcut never applies and each warp calls the 64-bit division subroutine at every
+    grid-stride loop's entry. Here the step's sign chooses first: |step| and the span in its
+    direction, clamped at zero, then one division that takes the 32-bit path whenever both fit.
+    A constant step is left to the successor, whose count then folds to one division by a
+    constant (changing that form made the tile kernels' loops slower: chapter 08's EXPERIMENTS.md).
+    The successor's own store of the count is overwritten before anything reads it."""
+    from numba_cuda_mlir import lowering_utilities as lu
+
+    stock = lu.RangeObject.__init__
+    arith, memref = lu.arith, lu.memref
+
+    def __init__(self, lower, start, stop, step):
+        stock(self, lower, start, stop, step)
+        if _is_constant(step):
+            return
+        i64 = lu.T.i64()
+        start, stop, step = (lu.convert(memref.load(self._memref, [lu.index_of(k)]), i64, signed=True)
+                             for k in range(3))
+        zero, one = arith.constant(i64, 0), arith.constant(i64, 1)
+        upward = arith.cmpi(arith.CmpIPredicate.sgt, lhs=step, rhs=zero)
+        size = arith.select(upward, step, arith.subi(lhs=zero, rhs=step))  # |step|
+        span = arith.select(upward, arith.subi(lhs=stop, rhs=start), arith.subi(lhs=start, rhs=stop))
+        ahead = arith.cmpi(arith.CmpIPredicate.sgt, lhs=span, rhs=zero)
+        numerator = arith.select(ahead, arith.addi(lhs=span, rhs=arith.subi(lhs=size, rhs=one)), zero)
+        count = arith.divui(lhs=numerator, rhs=size)
+        memref.store(lu.convert(count, self._memref.type.element_type, signed=True), self._memref,
+                     [lu.index_of(3)])
+
+    lu.RangeObject.__init__ = __init__
