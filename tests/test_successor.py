@@ -126,6 +126,28 @@ def test_the_tables_count_what_is_correct_slower_and_spilling():
     assert "not measured" in compilers.launch_markdown(stored)
 
 
+def test_two_runs_are_compared_by_their_ratios_spreads():
+    import importlib.util
+
+    from workbook import results
+
+    spec = importlib.util.spec_from_file_location("successor_compare", results.ROOT / "tools" / "successor_compare.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    before = {"chapters": {"ch01": {"rows": [_row("chapters.ch01_x.a", 1, 0, timed=True, ratio=1.5),
+                                             _row("chapters.ch01_x.b", 1, 0, timed=True, ratio=1.0),
+                                             _row("chapters.ch01_x.c", 1, 0, timed=True, ratio=1.0)]}}}
+    after = {"chapters": {"ch01": {"rows": [_row("chapters.ch01_x.a", 1, 0, timed=True, ratio=1.1),
+                                            _row("chapters.ch01_x.b", 1, 0, timed=True, ratio=1.015),
+                                            _row("chapters.ch01_x.c", 1, 0, timed=True, ratio=1.3),
+                                            _row("chapters.ch01_x.d", 0, 1)]}}}
+    ratios, slower, faster, unmatched, wrong = tool.compare(before, after)
+    assert [line[1] for line in faster] == ["ch01_x.a"]  # 1.5 -> 1.1
+    assert [line[1] for line in slower] == ["ch01_x.c"]  # b's spreads overlap: neither
+    assert len(ratios) == 3 and unmatched == wrong == [("ch01", "ch01_x.d")]
+    assert tool.compare(before, after, chapters=["ch02"])[0] == []
+
+
 def test_a_chapters_experiments_list_its_kernels_more_than_10_percent_slower():
     slow, fast = _row("chapters.ch01_x.k", 1, 0, timed=True, ratio=1.5), _row("chapters.ch01_x.j", 1, 0, timed=True)
     block = compilers.slower_markdown("ch01", {"rows": [slow, fast]}, "gpu", "a stamp")

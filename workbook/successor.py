@@ -70,7 +70,8 @@ WORKAROUNDS = (
      "grid-stride loop's entry (chapter 02's float16 backward: two thirds of the instructions it executes "
      "more than numba-cuda's build)", "0.6.0, to report (tools/successor_repro_range.py)",
      "successor_mends._patch_range_count counts with one division by |step| of a span clamped at zero, "
-     "constant steps left alone; off until measured on every chapter (WORKBOOK_SUCCESSOR_RANGE_MEND=1)"),
+     "constant steps left alone; off until measured on every chapter (WORKBOOK_SUCCESSOR_RANGE_MEND=1; "
+     "ten measured, chapter 08's EXPERIMENTS.md)"),
     ("match_any_sync and match_all_sync of a float32 or float64 fail to compile (nvvm.match.sync takes "
      "integers only: an internal compiler error)", "0.6.0, to report",
      "successor_mends._patch_matches hands it the float's bits, which numba-cuda compares"),
