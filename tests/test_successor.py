@@ -292,7 +292,7 @@ def test_the_range_mend_divides_once_by_the_steps_size_and_leaves_constant_steps
 
     from workbook import successor_mends
 
-    if os.environ.get(successor_mends.RANGE_MEND) == "1":
+    if successor_mends.range_mend_on():
         pytest.skip("the mend is on for the whole run: nothing to compare it with")
 
     def trips(starts, stops, steps, out):

@@ -13,14 +13,15 @@ of one run's repeats, not of two runs' (check with tools/successor_ptx.py --save
 import argparse
 import json
 import statistics
+import sys
+from pathlib import Path
 
-
-def _key(row):
-    return row["kernel"], row.get("variant") or "", row["signature"]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from workbook.compilers import row_key, short_name  # noqa: E402  (the project root first)
 
 
 def _label(row):
-    name = row["kernel"].replace("chapters.", "", 1).replace(".<locals>.", ":")
+    name = short_name(row["kernel"])
     return f"{name} ({row['variant'][:60]})" if row.get("variant") else name
 
 
@@ -31,11 +32,11 @@ def compare(before, after, chapters=None):
     for chapter_id, chapter in sorted(after["chapters"].items()):
         if chapters and chapter_id not in chapters:
             continue
-        old = {_key(row): row for row in before["chapters"].get(chapter_id, {}).get("rows", [])}
+        old = {row_key(row): row for row in before["chapters"].get(chapter_id, {}).get("rows", [])}
         for row in chapter["rows"]:
             if not row.get("correct"):
                 wrong.append((chapter_id, _label(row)))
-            was = old.get(_key(row))
+            was = old.get(row_key(row))
             if was is None:
                 unmatched.append((chapter_id, _label(row)))
                 continue

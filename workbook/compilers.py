@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from numba import cuda
 
-from . import results, successor
+from . import results, successor, successor_mends
 
 OUT = "WORKBOOK_COMPILERS_OUT"  # where the plugin writes (set by the command)
 # The rebuild's version (successor.py): a chapter measured with an older one says so in the tables.
@@ -292,19 +292,12 @@ def run(chapters, jobs=8, timeout=1200):
         stored["stamp"] = {**results.stamp(), "numba_cuda_mlir": _version()}
         stored["chapters"][chapter_id] = {"rows": rows, "translation": TRANSLATION, "timing_rule": "largest launch",
                                           "pytest_exit": done.returncode, "date": stored["stamp"]["date"],
-                                          "variant_rule": VARIANT_RULE, "range_mend": _range_mend_on(),
+                                          "variant_rule": VARIANT_RULE, "range_mend": successor_mends.range_mend_on(),
                                           "seconds": round(time.perf_counter() - started, 1)}
         path.write_text(json.dumps(stored, indent=1) + "\n")
         print(f"{chapter_id}: {len(rows)} kernels, pytest exit {done.returncode}, "
               f"{stored['chapters'][chapter_id]['seconds']} s -> {path}")
     return 0
-
-
-def _range_mend_on():
-    """Whether the run built its kernels with successor_mends._patch_range_count (off by default)."""
-    from .successor_mends import RANGE_MEND
-
-    return os.environ.get(RANGE_MEND) == "1"
 
 
 def _axpy(a, x, y, out):
@@ -346,12 +339,17 @@ def launch_overhead(samples=7, calls=200):
     return measured
 
 
+def row_key(row):
+    """What makes a row one: (kernel, variant, signature); rows stored before variants have none."""
+    return row["kernel"], row.get("variant") or "", row["signature"]
+
+
 def _merged(rows):
     """One row per (kernel, variant, signature) from the workers' rows: the tests of all of them
     counted, the timing of the one that timed it."""
     merged = {}
     for row in rows:
-        key = (row["kernel"], row.get("variant", ""), row["signature"])
+        key = row_key(row)
         if key not in merged:
             merged[key] = row
             continue
@@ -378,7 +376,7 @@ def _version():
 SLOWER = 1.10  # "more than 10% slower": the kernels EXPERIMENTS.md must explain
 
 
-def _short(kernel):
+def short_name(kernel):
     return kernel.replace("chapters.", "").replace(".<locals>.", ":")
 
 
@@ -478,7 +476,7 @@ def _kernel_cells(row, label=""):
     else:
         last = (row.get("error") or "").strip().splitlines()
         verdict = f"**no** ({last[-1][:80] if last else 'not launched by a passing test'})"
-    kernel = _short(row["kernel"]) + (f" ({label})" if label else "")
+    kernel = short_name(row["kernel"]) + (f" ({label})" if label else "")
     cells = [kernel, row["signature"].replace("array(", "").replace(", C)", "")[:60], verdict]
     if row.get("timed"):
         stock, mlir, ratio = row[NAME_STOCK], row[NAME_MLIR], row["time_ratio"]

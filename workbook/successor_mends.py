@@ -14,6 +14,11 @@ _applied = []
 RANGE_MEND = "WORKBOOK_SUCCESSOR_RANGE_MEND"
 
 
+def range_mend_on():
+    """Whether kernels are built with _patch_range_count (WORKBOOK_SUCCESSOR_RANGE_MEND=1)."""
+    return os.environ.get(RANGE_MEND) == "1"
+
+
 def apply():
     """The successor's bugs that a kernel's source cannot avoid, mended in place (once)."""
     if _applied:
@@ -22,7 +27,7 @@ def apply():
     _patch_shuffles()
     _patch_matches()
     _patch_compare_and_swap()
-    if os.environ.get(RANGE_MEND) == "1":
+    if range_mend_on():
         _patch_range_count()
     from . import successor_intrinsics  # noqa: F401  (registers the lowerings of lanemask_lt and the fences)
 
